@@ -1,0 +1,138 @@
+"""The analysis subcommands: `runs`, `compare`, `report`. Thin: parse, call the library, print.
+
+Kept apart from cli.py so the analysis side can be read and tested without the model-running side;
+cli.py calls `register(subparsers)`, and each handler is set as the parser's `func`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from softeval import index
+from softeval.compare import PER_ITEM, POST_METHODS, Comparison, compare_runs, load_runs, parse_pairs
+from softeval.errors import UserError
+
+DEFAULT_RUNS = "runs"
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add `runs`, `compare` and `report` to the main parser's subcommands."""
+    p = subparsers.add_parser("runs", help="list finished runs (from the index at RUNS_DIR/index.sqlite)")
+    p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
+    p.add_argument("--json", action="store_true", help="print the runs as JSON")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the index from the run folders first")
+    p.set_defaults(func=cmd_runs)
+
+    p = subparsers.add_parser("compare", help="do base-model scores predict the post-trained ranking?")
+    p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
+    _ranking_args(p, required=True)
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("report", help="write one self-contained HTML report with plots")
+    p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    _ranking_args(p, required=False)
+    p.set_defaults(func=cmd_report)
+
+
+def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--pair", action="append", default=[], required=required, metavar="BASE=POST",
+                   help="a base model and its post-trained version (repeat; at least 3 pairs)")
+    p.add_argument("--metric", default="accuracy", choices=list(PER_ITEM), help="score to rank by")
+    p.add_argument("--post-method", default="zero-shot", choices=list(POST_METHODS),
+                   help="how the post-trained models are scored (default zero-shot: how they are used; "
+                        "'best' takes each one's highest-scoring method)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
+
+
+def _runs_dir(args: argparse.Namespace) -> Path:
+    path = Path(args.runs_dir)
+    if not path.is_dir():
+        raise UserError(f"runs folder {str(path)!r} does not exist (run `softeval run` first, or pass RUNS_DIR)")
+    return path
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    out = _runs_dir(args)
+    console = Console()
+    if args.rebuild:
+        report = index.rebuild(out)
+        console.print(f"Rebuilt {out / index.INDEX_NAME}: {len(report.runs)} runs indexed.")
+        for path, why in report.skipped:
+            console.print(f"[yellow]skipped[/] {path}: {why}", markup=True, highlight=False)
+    runs = index.list_runs(out)
+    if args.json:
+        print(json.dumps(runs, indent=2))
+        return 0
+    table = Table(title=f"{len(runs)} finished runs in {out}")
+    for col in ("model", "kind", "task", "method", "seed", "n", "accuracy", "format_rate", "knowledge", "path"):
+        table.add_column(col, justify="right" if col in ("seed", "n", "accuracy", "format_rate", "knowledge") else "left")
+    for r in runs:
+        cells = (r["model"], r["model_kind"] or "", r["task"], r["method"], str(r["seed"]), str(r["n"]),
+                 _num(r["accuracy"]), _num(r["format_rate"]), _num(r["knowledge_accuracy"]), r["path"])
+        table.add_row(*(Text(cell) for cell in cells))  # Text: names are never read as rich markup
+    console.print(table)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    out = _runs_dir(args)
+    runs, skipped = load_runs(out)
+    comparison = compare_runs(runs, parse_pairs(args.pair), args.metric, args.post_method, args.n_boot)
+    if args.json:
+        data = comparison.to_json()
+        data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in skipped]
+        print(json.dumps(data, indent=2))
+        return 0
+    console = Console()
+    for path, why in skipped:
+        console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
+    _print_comparison(console, comparison)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from softeval.report import build_report  # matplotlib is slow to import; only this command needs it
+
+    out = _runs_dir(args)
+    pairs = parse_pairs(args.pair) if args.pair else None
+    path = build_report(out, Path(args.output), pairs, args.metric, args.post_method, args.n_boot)
+    Console().print(f"Wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", markup=False, highlight=False)
+    return 0
+
+
+def _print_comparison(console: Console, c: Comparison) -> None:
+    table = Table(title=f"Base {c.metric} against post-trained {c.metric} ({c.post_method}), "
+                        f"95% bootstrap intervals over items")
+    for col in ("task", "base method", "Kendall tau", "tau 95% CI", "Spearman rho", "rho 95% CI", "pairs", "items"):
+        table.add_column(col, justify="left" if col in ("task", "base method") else "right")
+    for r in [*c.results, *c.average]:
+        cells = (r.task, r.method, _num(r.kendall_tau), _ci(r.ci_low, r.ci_high), _num(r.spearman_rho),
+                 _ci(r.spearman_ci_low, r.spearman_ci_high), str(r.n_pairs), str(r.n_items))
+        table.add_row(*(Text(cell) for cell in cells))
+    console.print(table)
+    for note in [*c.notes, *c.skipped]:
+        console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    if c.best_method:
+        b = c.best_method
+        leads = ", ".join(f"{x['method']} by {x['tau_difference']:+.2f} {_ci(x['ci_low'], x['ci_high'])}"
+                          for x in b["ahead_of"])
+        verdict = "clearly" if b["clearly_best"] else "not clearly (a paired interval includes 0)"
+        console.print(f"Best predictor: {b['method']} (mean tau {b['kendall_tau']:.2f}), {verdict}"
+                      + (f"; ahead of {leads}" if leads else ""), markup=False, highlight=False)
+
+
+def _num(value: Any) -> str:
+    return "–" if value is None or value != value else f"{value:.3f}"
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    return "–" if low is None or high is None else f"[{low:.2f}, {high:.2f}]"

@@ -1,0 +1,355 @@
+"""Does a method's score on base models predict how their post-trained versions rank?
+
+For each task and each method the base models were run with, Kendall tau and Spearman rho between the
+base models' scores and their post-trained partners' scores, with a percentile bootstrap over test
+items: each replicate draws one set of item indices, rescores *every* model (bases and partners) on
+those same items, and recomputes both rankings. That is what makes the interval honest about how much
+the ranking depends on which items happened to be in the test set, and it makes replicates paired
+across methods, so "soft-prompt beats zero-shot" can get its own interval.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from softeval.errors import UserError
+from softeval.index import METHODS, Run, scan
+
+# Each metric as (per-item numerator field, per-item denominator field or None for "every item").
+PER_ITEM: dict[str, tuple[str, str | None]] = {
+    "accuracy": ("correct", None),
+    "lenient_accuracy": ("lenient_correct", None),
+    "format_rate": ("format_ok", None),
+    "loglik_accuracy": ("loglik_correct", None),
+    "knowledge_accuracy": ("correct", "format_ok"),  # a ratio: correct among format-following items
+}
+POST_METHODS = (*METHODS, "best")
+MIN_PAIRS = 3
+_CHUNK_CELLS = 4_000_000  # replicate x item indices held at once, so 14k-item MMLU stays small
+
+
+@dataclass
+class ItemScores:
+    """Per-item numerator and denominator of a metric for one model/task/method, seeds averaged."""
+
+    ids: list[str]
+    num: np.ndarray
+    den: np.ndarray
+
+    def aligned(self, common: Sequence[str]) -> ItemScores:
+        where = {item: i for i, item in enumerate(self.ids)}
+        pick = np.array([where[item] for item in common], dtype=np.int64)
+        return ItemScores(list(common), self.num[pick], self.den[pick])
+
+    def score(self) -> float:
+        den = self.den.sum()
+        return float(self.num.sum() / den) if den > 0 else float("nan")
+
+
+@dataclass
+class Correlation:
+    """One row of the answer: a task (or the mean over tasks) and a method of the base models."""
+
+    task: str
+    method: str
+    kendall_tau: float | None
+    spearman_rho: float | None
+    ci_low: float | None  # Kendall tau's interval; tau is the headline statistic
+    ci_high: float | None
+    spearman_ci_low: float | None
+    spearman_ci_high: float | None
+    n_pairs: int
+    n_items: int
+    base_scores: dict[str, float] = field(default_factory=dict)
+    post_scores: dict[str, float] = field(default_factory=dict)
+    boot_tau: np.ndarray | None = field(default=None, repr=False)
+    boot_rho: np.ndarray | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["boot_tau"], data["boot_rho"]
+        return _clean(data)
+
+
+@dataclass
+class Comparison:
+    metric: str
+    post_method: str
+    pairs: list[tuple[str, str]]
+    n_boot: int
+    results: list[Correlation]
+    average: list[Correlation]
+    best_method: dict[str, Any] | None
+    notes: list[str]
+    skipped: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return _clean({
+            "metric": self.metric, "post_method": self.post_method, "pairs": [list(p) for p in self.pairs],
+            "n_boot": self.n_boot, "confidence": 0.95, "ci_of": "kendall_tau (percentile bootstrap over items)",
+            "results": [r.to_json() for r in self.results], "average": [r.to_json() for r in self.average],
+            "best_method": self.best_method, "notes": self.notes, "skipped": self.skipped,
+        })
+
+
+def rank_correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Kendall tau-b and Spearman rho from scipy.stats (nan when either side is constant)."""
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return float("nan"), float("nan")
+    return float(stats.kendalltau(x, y).statistic), float(stats.spearmanr(x, y).statistic)
+
+
+def batched_rank_correlations(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise Kendall tau-b and Spearman rho for (replicates, models) arrays, equal to scipy's.
+
+    Bootstrapping calls these thousands of times per task and method; vectorising keeps a whole
+    compare under a second. tau-b = sum(sx*sy)/sqrt(sum(sx^2) sum(sy^2)) over model pairs, with s the
+    sign of the pairwise difference (ties drop out exactly as in tau-b).
+    """
+    i, j = np.triu_indices(xs.shape[1], k=1)
+    sx, sy = np.sign(xs[:, i] - xs[:, j]), np.sign(ys[:, i] - ys[:, j])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = (sx * sy).sum(1) / np.sqrt((sx * sx).sum(1) * (sy * sy).sum(1))
+        rx = stats.rankdata(xs, axis=1) - (xs.shape[1] + 1) / 2
+        ry = stats.rankdata(ys, axis=1) - (ys.shape[1] + 1) / 2
+        rho = (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
+    nan_rows = np.isnan(xs).any(1) | np.isnan(ys).any(1)
+    tau[nan_rows], rho[nan_rows] = np.nan, np.nan
+    return tau, rho
+
+
+def bootstrap_scores(items: list[ItemScores], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, len(items)) scores, every model rescored on the same resampled item indices."""
+    n = len(items[0].ids)
+    out = np.empty((n_boot, len(items)))
+    step = max(1, _CHUNK_CELLS // max(n, 1))
+    for start in range(0, n_boot, step):
+        idx = rng.integers(0, n, size=(min(step, n_boot - start), n))
+        for k, it in enumerate(items):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[start:start + len(idx), k] = it.num[idx].sum(1) / it.den[idx].sum(1)
+    return out
+
+
+def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
+    """Per-item outcomes from samples.jsonl; several seeds are averaged item by item."""
+    num_field, den_field = PER_ITEM[metric]
+    per_seed: list[dict[str, tuple[float, float]]] = []
+    for run in sorted(runs, key=lambda r: r.seed):
+        path = run.path / "samples.jsonl"
+        if not path.is_file():
+            raise UserError(f"{run.rel}: no samples.jsonl, so items cannot be resampled")
+        rows: dict[str, tuple[float, float]] = {}
+        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            sample = json.loads(line)
+            if sample.get(num_field) is None:
+                raise UserError(f"{run.rel}: samples.jsonl line {line_no} has no '{num_field}', "
+                                f"so {metric} cannot be computed per item")
+            den = 1.0 if den_field is None else float(bool(sample.get(den_field)))
+            rows[str(sample["id"])] = (float(bool(sample[num_field])) * den, den)
+        per_seed.append(rows)
+    ids = [item for item in per_seed[0] if all(item in rows for rows in per_seed)]
+    num = np.array([np.mean([rows[i][0] for rows in per_seed]) for i in ids])
+    den = np.array([np.mean([rows[i][1] for rows in per_seed]) for i in ids])
+    return ItemScores(ids, num, den)
+
+
+def runs_of(runs: list[Run], name: str) -> list[Run]:
+    """A model's runs, by the name it was run under or by its folder name."""
+    return [r for r in runs if name in (r.model, r.slug)]
+
+
+def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for spec in specs:
+        base, sep, post = spec.partition("=")
+        if not sep or not base.strip() or not post.strip():
+            raise UserError(f"--pair {spec!r}: expected BASE=POST, e.g. --pair smollm2-135m=smollm2-135m-instruct")
+        pairs.append((base.strip(), post.strip()))
+    return pairs
+
+
+def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "accuracy",
+                 post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
+    _check_inputs(runs, pairs, metric, post_method)
+    notes: list[str] = []
+    skipped: list[str] = []
+    results: list[Correlation] = []
+    rng = np.random.default_rng(seed)
+    for task in sorted({r.task for r in runs}):
+        results.extend(_compare_task(runs, task, pairs, metric, post_method, n_boot, rng, notes, skipped))
+    if not results:
+        raise UserError("nothing to correlate: " + "; ".join(skipped or ["no task has runs of every model"]))
+    average = _averages(results)
+    return Comparison(metric, post_method, pairs, n_boot, results, average, _best(average, results), notes, skipped)
+
+
+def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str) -> None:
+    if metric not in PER_ITEM:
+        raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
+    if post_method not in POST_METHODS:
+        raise UserError(f"--post-method {post_method!r}: choose one of {', '.join(POST_METHODS)}")
+    if len(pairs) < MIN_PAIRS:
+        raise UserError(f"compare needs at least {MIN_PAIRS} BASE=POST pairs (got {len(pairs)}): "
+                        "a rank correlation over fewer models says nothing")
+    names = [name for pair in pairs for name in pair]
+    if len(set(names)) != len(names):
+        raise UserError("each model may appear in only one pair, on one side")
+    known = sorted({r.model for r in runs})
+    for name in names:
+        if not runs_of(runs, name):
+            raise UserError(f"no finished runs for model {name!r}; models with runs: {', '.join(known) or 'none'}")
+
+
+def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metric: str, post_method: str,
+                  n_boot: int, rng: np.random.Generator, notes: list[str], skipped: list[str]) -> list[Correlation]:
+    task_runs = [r for r in runs if r.task == task]
+    absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)]
+    if absent:
+        skipped.append(f"{task}: no runs for {', '.join(absent)}")
+        return []
+    post_runs = []
+    for _, post in pairs:
+        mine = runs_of(task_runs, post)
+        method = post_method if post_method != "best" else _best_own_method(mine, metric)
+        chosen = [r for r in mine if r.method == method]
+        if not chosen:
+            have = ", ".join(sorted({r.method for r in mine}))
+            skipped.append(f"{task}: {post} has no {post_method} run (has: {have}; try --post-method best)")
+            return []
+        if post_method == "best":
+            notes.append(f"{task}: {post} scored by its best method, {method}")
+        post_runs.append(chosen)
+    methods = [m for m in METHODS if all(any(r.method == m for r in runs_of(task_runs, b)) for b, _ in pairs)]
+    for m in {r.method for b, _ in pairs for r in runs_of(task_runs, b)} - set(methods):
+        skipped.append(f"{task}/{m}: not every base model has a {m} run")
+    try:
+        posts = [load_item_scores(chosen, metric) for chosen in post_runs]
+        bases = {m: [load_item_scores([r for r in runs_of(task_runs, b) if r.method == m], metric)
+                     for b, _ in pairs] for m in methods}
+    except UserError as exc:
+        skipped.append(f"{task}: {exc}")
+        return []
+    every = posts + [s for scores in bases.values() for s in scores]
+    common = sorted(set.intersection(*(set(s.ids) for s in every)))
+    if any(len(s.ids) != len(common) for s in every):
+        sizes = sorted({len(s.ids) for s in every})
+        notes.append(f"{task}: models were scored on different item sets (sizes {sizes}); "
+                     f"correlating on the {len(common)} items common to all")
+    if len(common) < 2:
+        skipped.append(f"{task}: fewer than 2 items common to all models")
+        return []
+    posts = [s.aligned(common) for s in posts]
+    post_point = [s.score() for s in posts]
+    state = rng.bit_generator.state  # same item draws for every method: replicates are paired
+    post_boot = bootstrap_scores(posts, n_boot, rng)
+    rows = []
+    for m in methods:
+        scores = [s.aligned(common) for s in bases[m]]
+        base_point = [s.score() for s in scores]
+        rng.bit_generator.state = state
+        base_boot = bootstrap_scores(scores, n_boot, rng)
+        tau, rho = rank_correlations(base_point, post_point)
+        boot_tau, boot_rho = batched_rank_correlations(base_boot, post_boot)
+        if np.isnan(tau):
+            notes.append(f"{task}/{m}: scores are all equal on one side, so no ranking to correlate")
+        rows.append(_row(task, m, tau, rho, boot_tau, boot_rho, len(pairs), len(common),
+                         {b: s for (b, _), s in zip(pairs, base_point)},
+                         {p: s for (_, p), s in zip(pairs, post_point)}))
+    return rows
+
+
+def _best_own_method(runs: list[Run], metric: str) -> str | None:
+    """The method under which a post-trained model scores highest (by results.json, seeds averaged)."""
+    by_method: dict[str, list[float]] = {}
+    for r in runs:
+        value = (r.metric(metric) or {}).get("value")
+        if value is not None:
+            by_method.setdefault(r.method, []).append(value)
+    return max(by_method, key=lambda m: float(np.mean(by_method[m])), default=None)
+
+
+def _row(task: str, method: str, tau: float, rho: float, boot_tau: np.ndarray, boot_rho: np.ndarray,
+         n_pairs: int, n_items: int, base: dict[str, float], post: dict[str, float]) -> Correlation:
+    t_lo, t_hi = _interval(boot_tau)
+    r_lo, r_hi = _interval(boot_rho)
+    return Correlation(task, method, tau, rho, t_lo, t_hi, r_lo, r_hi, n_pairs, n_items, base, post,
+                       boot_tau, boot_rho)
+
+
+def _interval(boot: np.ndarray) -> tuple[float | None, float | None]:
+    finite = boot[np.isfinite(boot)]
+    if len(finite) < max(10, len(boot) // 2):  # mostly degenerate replicates: no honest interval
+        return None, None
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _averages(results: list[Correlation]) -> list[Correlation]:
+    """Per method, the mean over tasks; each replicate averages the tasks' replicates."""
+    rows = []
+    for m in [m for m in METHODS if any(r.method == m for r in results)]:
+        mine = [r for r in results if r.method == m]
+        with warnings.catch_warnings():  # all-nan columns: nan is the right answer
+            warnings.simplefilter("ignore", RuntimeWarning)
+            boot_tau = np.nanmean(np.stack([r.boot_tau for r in mine]), axis=0)
+            boot_rho = np.nanmean(np.stack([r.boot_rho for r in mine]), axis=0)
+            tau = float(np.nanmean([_nan(r.kendall_tau) for r in mine]))
+            rho = float(np.nanmean([_nan(r.spearman_rho) for r in mine]))
+        rows.append(_row("(mean)", m, tau, rho, boot_tau, boot_rho, mine[0].n_pairs,
+                         sum(r.n_items for r in mine), {}, {}))
+    return rows
+
+
+def _best(average: list[Correlation], results: list[Correlation]) -> dict[str, Any] | None:
+    """The method with the highest mean tau over tasks, with paired intervals for its lead."""
+    n_tasks = len({r.task for r in results})
+    fair = [a for a in average if sum(r.method == a.method for r in results) == n_tasks
+            and a.kendall_tau is not None and np.isfinite(a.kendall_tau)]
+    if not fair:
+        return None
+    best = max(fair, key=lambda a: (a.kendall_tau, _nan(a.spearman_rho)))
+    leads = []
+    for other in fair:
+        if other is not best:
+            diff = best.boot_tau - other.boot_tau
+            lo, hi = _interval(diff)
+            leads.append({"method": other.method, "tau_difference": best.kendall_tau - other.kendall_tau,
+                          "ci_low": lo, "ci_high": hi})
+    clear = bool(leads) and all(lead["ci_low"] is not None and lead["ci_low"] > 0 for lead in leads)
+    return {"method": best.method, "by": "mean Kendall tau over tasks", "kendall_tau": best.kendall_tau,
+            "ahead_of": leads, "clearly_best": clear}
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: nan becomes null, numpy scalars become floats."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return None if not np.isfinite(value) else float(value)
+    return value
+
+
+def load_runs(out_root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Finished runs read from the folders (the source of truth), plus what was skipped and why."""
+    if not Path(out_root).is_dir():
+        raise UserError(f"runs folder {str(out_root)!r} does not exist")
+    report = scan(Path(out_root))
+    return report.runs, report.skipped

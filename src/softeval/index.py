@@ -1,0 +1,253 @@
+"""The runs index: a SQLite table over every finished run folder, and the folder scanner behind it.
+
+The run folders are the source of truth (docs/run-format.md); the index at `<out>/index.sqlite` is a
+derived convenience so `softeval runs` can list thousands of runs without opening every folder. It can
+always be rebuilt from the folders. Writers are separate processes (parallel runs finishing at the
+same moment), so the database is in WAL mode, every write is one short `BEGIN IMMEDIATE` transaction
+keyed by the run's path, and a busy timeout makes a second writer wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+INDEX_NAME = "index.sqlite"
+METHODS = ("zero-shot", "few-shot", "soft-prompt")
+METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
+REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
+BUSY_TIMEOUT_S = 60.0
+_SEED_DIR = re.compile(r"^seed(-?\d+)$")
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (
+    path TEXT PRIMARY KEY,          -- run folder relative to the output root, '/'-separated
+    model TEXT NOT NULL,
+    model_kind TEXT,
+    task TEXT NOT NULL,
+    method TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    n INTEGER,
+    {", ".join(f"{m} REAL" for m in METRICS)},
+    metrics_json TEXT NOT NULL,     -- the full metrics object, intervals included
+    finished_at TEXT,
+    indexed_at TEXT NOT NULL
+)
+"""
+
+
+class RunFormatError(ValueError):
+    """A folder that looks like a run but whose results.json cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run folder and its parsed results.json."""
+
+    path: Path
+    rel: str
+    results: dict[str, Any]
+
+    @property
+    def model(self) -> str:
+        return str(self.results["model"])
+
+    @property
+    def slug(self) -> str:
+        """The model's folder name, so users may name a model either way in `--pair`."""
+        return self.path.parent.parent.parent.name
+
+    @property
+    def model_kind(self) -> str | None:
+        return self.results.get("model_kind")
+
+    @property
+    def task(self) -> str:
+        return str(self.results["task"])
+
+    @property
+    def method(self) -> str:
+        return str(self.results["method"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.results["seed"])
+
+    def metric(self, name: str) -> dict[str, Any] | None:
+        """The metric's {value, ci_low, ci_high, n} object, or None when the run lacks it."""
+        value = self.results["metrics"].get(name)
+        return value if isinstance(value, dict) else None
+
+
+@dataclass
+class RebuildReport:
+    """What a scan or rebuild found: the runs it used and every folder it skipped, with the reason."""
+
+    runs: list[Run] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def indexed(self) -> list[Path]:
+        return [run.path for run in self.runs]
+
+
+def load_results(run_dir: Path) -> dict[str, Any]:
+    """Read and check a run's results.json; raise RunFormatError saying what is wrong."""
+    path = Path(run_dir) / "results.json"
+    if not path.is_file():
+        raise RunFormatError("no results.json")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFormatError(f"results.json is not valid JSON ({exc})") from None
+    if not isinstance(results, dict):
+        raise RunFormatError("results.json is not a JSON object")
+    missing = [key for key in REQUIRED_KEYS if key not in results]
+    if missing:
+        raise RunFormatError(f"results.json lacks {', '.join(missing)}")
+    if not isinstance(results["metrics"], dict):
+        raise RunFormatError("results.json 'metrics' is not an object")
+    if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
+        raise RunFormatError("results.json 'seed' is not an integer")
+    return results
+
+
+def check_run(out_root: Path, run_dir: Path) -> Run:
+    """Load a run folder and check that its place in the layout agrees with its results.json."""
+    run_dir = Path(run_dir)
+    if run_dir.name.endswith(".partial"):
+        raise RunFormatError("run in progress or interrupted (.partial)")
+    match = _SEED_DIR.match(run_dir.name)
+    if not match:
+        raise RunFormatError("not a run folder (name is not seed<N>)")
+    results = load_results(run_dir)
+    where = {"method": run_dir.parent.name, "task": run_dir.parent.parent.name, "seed": int(match[1])}
+    for key, expected in where.items():
+        if results[key] != expected:
+            raise RunFormatError(f"results.json says {key}={results[key]!r} but the folder says {expected!r}")
+    if results["method"] not in METHODS:
+        raise RunFormatError(f"unknown method {results['method']!r}")
+    return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
+
+
+def scan(out_root: Path) -> RebuildReport:
+    """Find every finished run under out_root, reading folders only (the index is not consulted)."""
+    out_root = Path(out_root)
+    report = RebuildReport()
+    claimed: set[Path] = set()
+    for run_dir in sorted(out_root.glob("*/*/*/seed*")):
+        claimed.add(run_dir.parent.parent.parent)
+        if not run_dir.is_dir():
+            report.skipped.append((run_dir, "not a folder"))
+            continue
+        try:
+            report.runs.append(check_run(out_root, run_dir))
+        except RunFormatError as exc:
+            report.skipped.append((run_dir, str(exc)))
+    for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
+        if entry.name.startswith((INDEX_NAME, ".")) or entry in claimed:
+            continue
+        report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
+    return report
+
+
+def connect(out_root: Path) -> sqlite3.Connection:
+    """Open (creating if needed) the index in WAL mode with a busy timeout, schema in place."""
+    out_root = Path(out_root)
+    out_root.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(out_root / INDEX_NAME, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    # Switching to WAL takes an exclusive lock; two brand-new writers can race on it, so retry.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(_SCHEMA)
+            return conn
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.05)
+
+
+def record_run(out_root: Path, run_dir: Path) -> None:
+    """Add or replace one finished run in the index; called by the run writer after the rename."""
+    run = check_run(Path(out_root), Path(run_dir))
+    conn = connect(out_root)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        _upsert(conn, run)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+
+
+def rebuild(out_root: Path) -> RebuildReport:
+    """Replace the index's contents with what the folders hold, in one transaction."""
+    report = scan(Path(out_root))
+    conn = connect(out_root)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM runs")
+        for run in report.runs:
+            _upsert(conn, run)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+    return report
+
+
+def list_runs(out_root: Path) -> list[dict[str, Any]]:
+    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet."""
+    out_root = Path(out_root)
+    if not (out_root / INDEX_NAME).exists():
+        rebuild(out_root)
+    conn = connect(out_root)
+    try:
+        rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
+    finally:
+        conn.close()
+    runs = []
+    for row in rows:
+        item = dict(row)
+        item["metrics"] = json.loads(item.pop("metrics_json"))
+        item["run_dir"] = str(out_root / item["path"])
+        runs.append(item)
+    return runs
+
+
+def _upsert(conn: sqlite3.Connection, run: Run) -> None:
+    values = {m: (run.metric(m) or {}).get("value") for m in METRICS}
+    r = run.results
+    conn.execute(
+        f"INSERT OR REPLACE INTO runs (path, model, model_kind, task, method, seed, n, "
+        f"{', '.join(METRICS)}, metrics_json, finished_at, indexed_at) "
+        f"VALUES ({', '.join('?' * (10 + len(METRICS)))})",
+        (run.rel, run.model, run.model_kind, run.task, run.method, run.seed, r.get("n"),
+         *[values[m] for m in METRICS], json.dumps(r["metrics"]), r.get("finished_at"),
+         datetime.now(timezone.utc).isoformat(timespec="seconds")),
+    )
+
+
+def _relative(out_root: Path, run_dir: Path) -> str:
+    """The key: the path below the output root, so moving the whole folder keeps the index valid."""
+    try:
+        return Path(run_dir).resolve().relative_to(Path(out_root).resolve()).as_posix()
+    except ValueError:
+        return Path(run_dir).resolve().as_posix()

@@ -1,0 +1,150 @@
+"""The report's pictures, drawn with matplotlib's object API and returned as inline SVG data URIs.
+
+pyplot is avoided on purpose: it keeps global figure state and picks a GUI backend, neither of which a
+library called from a CLI (or from another program's process) should touch. Each figure is turned
+into an `<img src="data:image/svg+xml;base64,...">`, which keeps the HTML self-contained and keeps
+matplotlib's internal SVG ids from clashing between figures on one page.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from typing import Any
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from softeval.compare import Comparison
+from softeval.index import METHODS, Run
+
+METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}
+PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}
+MARKERS = "osD^vP*Xh"
+
+
+def img(fig: Figure, alt: str) -> str:
+    """The figure as an <img> holding an SVG data URI (alt text escaped)."""
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "softeval", "svg.fonttype": "path"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img class="chart" alt="{html.escape(alt)}" src="data:image/svg+xml;base64,{data}">'
+
+
+def _value(run: Run, metric: str) -> float | None:
+    value = (run.metric(metric) or {}).get("value")
+    return None if value is None else float(value)
+
+
+def format_vs_accuracy(runs: list[Run]) -> Figure:
+    """Each run as a point (format_rate, accuracy): strict accuracy can never exceed format_rate,
+    so a point far below the diagonal knows more than its benchmark score shows only where it
+    follows the format; a point at low format_rate is held back by format, not knowledge."""
+    fig = Figure(figsize=(6.4, 4.6))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="#888", label="accuracy = format_rate")
+    tasks = sorted({r.task for r in runs})
+    for method in METHODS:
+        for t, task in enumerate(tasks):
+            pts = [(r, _value(r, "format_rate"), _value(r, "accuracy")) for r in runs
+                   if r.method == method and r.task == task]
+            pts = [(r, x, y) for r, x, y in pts if x is not None and y is not None]
+            if not pts:
+                continue
+            ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=46, color=METHOD_COLORS[method],
+                       marker=MARKERS[t % len(MARKERS)], edgecolor="black", linewidth=0.4,
+                       label=f"{method} · {task}", zorder=3)
+            if len(runs) <= 40:
+                for r, x, y in pts:
+                    ax.annotate(r.model, (x, y), fontsize=6.5, xytext=(4, 3), textcoords="offset points")
+    ax.set(xlim=(-0.02, 1.04), ylim=(-0.02, 1.04), xlabel="format_rate (strict format followed)",
+           ylabel="accuracy (strict)", title="Format-following against benchmark accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    return fig
+
+
+def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
+    """Small multiples of soft-prompt tuning: loss (left axis) and held-out format_rate / accuracy
+    (right axis) by step: the picture of format saturating while knowledge stays flat."""
+    cols = min(3, len(curves))
+    rows = math.ceil(len(curves) / cols)
+    fig = Figure(figsize=(4.4 * cols, 3.0 * rows))
+    for k, (run, curve) in enumerate(curves):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        steps = [c["step"] for c in curve if c.get("loss") is not None]
+        ax.plot(steps, [c["loss"] for c in curve if c.get("loss") is not None], color="#666", lw=1.2,
+                label="loss")
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("loss", fontsize=8)
+        right = ax.twinx()
+        for name, color in (("format_rate", PART_COLORS["format_rate"]), ("accuracy", PART_COLORS["accuracy"])):
+            pts = [(c["step"], c[name]) for c in curve if c.get(name) is not None]
+            if pts:
+                right.plot(*zip(*pts), marker="o", ms=3, lw=1.4, color=color, label=name)
+        right.set_ylim(0, 1.02)
+        right.tick_params(labelsize=7)
+        ax.tick_params(labelsize=7)
+        ax.set_title(f"{run.model} · {run.task} · seed {run.seed}", fontsize=8.5)
+        if k == 0:
+            handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+            right.legend(handles=handles, fontsize=7, loc="center right", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def decomposition(runs: list[Run], task: str) -> Figure:
+    """Per model and method: format_rate, knowledge_accuracy and accuracy side by side
+    (accuracy = format_rate x knowledge_accuracy), loglik_accuracy as a format-free tick."""
+    task_runs = [r for r in runs if r.task == task]
+    methods = [m for m in METHODS if any(r.method == m for r in task_runs)]
+    models = sorted({r.model for r in task_runs})
+    fig = Figure(figsize=(max(5.0, 1.0 + 0.9 * len(models)) * len(methods) / 1.4, 3.6))
+    parts = list(PART_COLORS)
+    for k, method in enumerate(methods):
+        ax = fig.add_subplot(1, len(methods), k + 1)
+        for i, model in enumerate(models):
+            mine = [r for r in task_runs if r.model == model and r.method == method]
+            for j, part in enumerate(parts):
+                values = [v for v in (_value(r, part) for r in mine) if v is not None]
+                if values:
+                    ax.bar(i + (j - 1) * 0.26, sum(values) / len(values), width=0.26,
+                           color=PART_COLORS[part], label=part if i == 0 else None)
+            loglik = [v for v in (_value(r, "loglik_accuracy") for r in mine) if v is not None]
+            if loglik:
+                ax.plot([i - 0.4, i + 0.4], [sum(loglik) / len(loglik)] * 2, color="black", lw=1.2,
+                        ls=":", label="loglik_accuracy" if i == 0 else None)
+        ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{task} · {method}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        if k == 0:
+            ax.legend(fontsize=6.5, loc="upper left", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def rank_scatter(comparison: Comparison, task: str) -> Figure:
+    """Base score (x) against post-trained partner's score (y) per method, tau and rho in the title."""
+    rows = [r for r in comparison.results if r.task == task]
+    fig = Figure(figsize=(4.0 * len(rows), 3.6))
+    for k, row in enumerate(rows):
+        ax = fig.add_subplot(1, len(rows), k + 1)
+        for (base, post) in comparison.pairs:
+            x, y = row.base_scores.get(base), row.post_scores.get(post)
+            if x is None or y is None:
+                continue
+            ax.scatter([x], [y], color=METHOD_COLORS[row.method], edgecolor="black", linewidth=0.4, s=40)
+            ax.annotate(base, (x, y), fontsize=6.5, xytext=(4, 3), textcoords="offset points")
+        tau = "n/a" if row.kendall_tau is None or math.isnan(row.kendall_tau) else f"{row.kendall_tau:.2f}"
+        rho = "n/a" if row.spearman_rho is None or math.isnan(row.spearman_rho) else f"{row.spearman_rho:.2f}"
+        ax.set_title(f"{task} · {row.method}\nKendall τ={tau}  Spearman ρ={rho}", fontsize=8.5)
+        ax.set_xlabel(f"base model {comparison.metric} ({row.method})", fontsize=8)
+        ax.set_ylabel(f"post-trained {comparison.metric} ({comparison.post_method})", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
