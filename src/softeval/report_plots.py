@@ -40,30 +40,36 @@ def _value(run: Run, metric: str) -> float | None:
 
 
 def format_vs_accuracy(runs: list[Run]) -> Figure:
-    """Each run as a point (format_rate, accuracy): strict accuracy can never exceed format_rate,
-    so a point far below the diagonal knows more than its benchmark score shows only where it
-    follows the format; a point at low format_rate is held back by format, not knowledge."""
-    fig = Figure(figsize=(6.4, 4.6))
-    ax = fig.add_subplot()
-    ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="#888", label="accuracy = format_rate")
+    """Each run as a point (format_rate, accuracy), one panel per method: strict accuracy can never
+    exceed format_rate, so the distance below the diagonal is knowledge lost (or never there), and a
+    method that moves points right without moving them up fixes format, not knowledge."""
+    methods = [m for m in METHODS if any(r.method == m for r in runs)]
     tasks = sorted({r.task for r in runs})
-    for method in METHODS:
+    fig = Figure(figsize=(3.9 * len(methods), 3.9))
+    axes = fig.subplots(1, len(methods), sharex=True, sharey=True, squeeze=False)[0]
+    for ax, method in zip(axes, methods):
+        ax.plot([0, 1], [0, 1], ls="--", lw=0.8, color="#888")
         for t, task in enumerate(tasks):
             pts = [(r, _value(r, "format_rate"), _value(r, "accuracy")) for r in runs
                    if r.method == method and r.task == task]
             pts = [(r, x, y) for r, x, y in pts if x is not None and y is not None]
             if not pts:
                 continue
-            ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=46, color=METHOD_COLORS[method],
-                       marker=MARKERS[t % len(MARKERS)], edgecolor="black", linewidth=0.4,
-                       label=f"{method} · {task}", zorder=3)
-            if len(runs) <= 40:
+            ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=42, color=METHOD_COLORS[method],
+                       marker=MARKERS[t % len(MARKERS)], edgecolor="black", linewidth=0.4, label=task,
+                       zorder=3)
+            if len(pts) <= 16:
                 for r, x, y in pts:
-                    ax.annotate(r.model, (x, y), fontsize=6.5, xytext=(4, 3), textcoords="offset points")
-    ax.set(xlim=(-0.02, 1.04), ylim=(-0.02, 1.04), xlabel="format_rate (strict format followed)",
-           ylabel="accuracy (strict)", title="Format-following against benchmark accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
+                    ax.annotate(r.model, (x, y), fontsize=6.5, xytext=(-4, 3), textcoords="offset points",
+                                ha="right")
+        ax.set(xlim=(-0.02, 1.05), ylim=(-0.02, 1.05), title=method)
+        ax.set_xlabel("format_rate", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        if len(tasks) > 1:
+            ax.legend(fontsize=6.5, loc="upper left", frameon=False)
+    axes[0].set_ylabel("accuracy (strict)", fontsize=8)
+    fig.tight_layout()
     return fig
 
 
@@ -101,29 +107,35 @@ def decomposition(runs: list[Run], task: str) -> Figure:
     (accuracy = format_rate x knowledge_accuracy), loglik_accuracy as a format-free tick."""
     task_runs = [r for r in runs if r.task == task]
     methods = [m for m in METHODS if any(r.method == m for r in task_runs)]
-    models = sorted({r.model for r in task_runs})
-    fig = Figure(figsize=(max(5.0, 1.0 + 0.9 * len(models)) * len(methods) / 1.4, 3.6))
     parts = list(PART_COLORS)
-    for k, method in enumerate(methods):
-        ax = fig.add_subplot(1, len(methods), k + 1)
+    widths = [len({r.model for r in task_runs if r.method == m}) + 0.6 for m in methods]
+    fig = Figure(figsize=(max(6.0, 0.75 * sum(widths) + 1.0), 3.6))
+    axes = fig.subplots(1, len(methods), sharey=True, squeeze=False, width_ratios=widths)[0]
+    for ax, method in zip(axes, methods):
+        models = sorted({r.model for r in task_runs if r.method == method})
         for i, model in enumerate(models):
             mine = [r for r in task_runs if r.model == model and r.method == method]
             for j, part in enumerate(parts):
                 values = [v for v in (_value(r, part) for r in mine) if v is not None]
                 if values:
                     ax.bar(i + (j - 1) * 0.26, sum(values) / len(values), width=0.26,
-                           color=PART_COLORS[part], label=part if i == 0 else None)
+                           color=PART_COLORS[part], label=part)
             loglik = [v for v in (_value(r, "loglik_accuracy") for r in mine) if v is not None]
             if loglik:
                 ax.plot([i - 0.4, i + 0.4], [sum(loglik) / len(loglik)] * 2, color="black", lw=1.2,
-                        ls=":", label="loglik_accuracy" if i == 0 else None)
+                        ls=":", label="loglik_accuracy")
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=7)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{task} · {method}", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="y", alpha=0.3)
-        if k == 0:
-            ax.legend(fontsize=6.5, loc="upper left", frameon=False)
     fig.tight_layout()
+    legend: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7.5,
+               frameon=False)
     return fig
 
 

@@ -1,0 +1,130 @@
+"""Synthetic run folders in the format of docs/run-format.md, for the index, compare and report tests.
+
+Metrics in results.json are computed from the per-item outcomes written to samples.jsonl, with Wilson
+intervals, so a test that recomputes a score from samples gets the same number as the file says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def wilson(k: float, n: int, z: float = 1.959964) -> tuple[float | None, float | None, float | None]:
+    if n == 0:
+        return None, None, None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _metric(k: float, n: int) -> dict[str, Any]:
+    value, low, high = wilson(k, n)
+    return {"value": value, "ci_low": low, "ci_high": high, "n": n}
+
+
+def write_run(
+    out: Path,
+    model: str,
+    task: str,
+    method: str,
+    correct: Sequence[bool],
+    *,
+    seed: int = 0,
+    format_ok: Sequence[bool] | None = None,
+    lenient_correct: Sequence[bool] | None = None,
+    loglik_correct: Sequence[bool] | None = None,
+    ids: Sequence[str] | None = None,
+    model_kind: str = "base",
+    curve: list[dict[str, Any]] | None = None,
+    partial: bool = False,
+) -> Path:
+    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
+    n = len(correct)
+    format_ok = list(format_ok) if format_ok is not None else [True] * n
+    lenient_correct = list(lenient_correct) if lenient_correct is not None else list(correct)
+    ids = list(ids) if ids is not None else [f"{task}/test/{i}" for i in range(n)]
+    if any(c and not f for c, f in zip(correct, format_ok)):
+        raise ValueError("an item cannot be strictly correct without following the format")
+    run_dir = out / model.replace("/", "--") / task / method / f"seed{seed}{'.partial' if partial else ''}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for i in range(n):
+        gold = "ABCD"[i % 4]
+        wrong = "ABCD"[(i + 1) % 4]
+        strict = (gold if correct[i] else wrong) if format_ok[i] else None
+        lenient = gold if lenient_correct[i] else wrong
+        sample = {
+            "id": ids[i], "prompt": f"Question {i} about {task}?\nA. a\nB. b\nC. c\nD. d\nAnswer:",
+            "output": (f" {strict}" if strict else f" I think the answer is {lenient}."),
+            "strict": strict, "lenient": lenient, "gold": gold, "format_ok": bool(format_ok[i]),
+            "correct": bool(correct[i]), "lenient_correct": bool(lenient_correct[i]),
+        }
+        if loglik_correct is not None:
+            sample["loglik_pred"] = gold if loglik_correct[i] else wrong
+            sample["loglik_correct"] = bool(loglik_correct[i])
+        samples.append(sample)
+    n_fmt = sum(format_ok)
+    metrics = {
+        "accuracy": _metric(sum(correct), n),
+        "format_rate": _metric(n_fmt, n),
+        "knowledge_accuracy": _metric(sum(c for c, f in zip(correct, format_ok) if f), n_fmt),
+        "lenient_accuracy": _metric(sum(lenient_correct), n),
+    }
+    if loglik_correct is not None:
+        metrics["loglik_accuracy"] = _metric(sum(loglik_correct), n)
+    results = {
+        "softeval_version": "0.1.0", "model": model, "model_kind": model_kind, "task": task,
+        "method": method, "seed": seed, "n": n, "metrics": metrics, "item_ids": ids,
+        "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
+        "truncated_prompts": 0, "config": {}, "versions": {"python": "3.11"}, "git": None,
+        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
+        "wall_seconds": 60.0,
+    }
+    if method == "soft-prompt":
+        results["tuning"] = {"steps": len(curve or []), "lr": 0.03}
+    (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    if curve is not None:
+        (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
+    return run_dir
+
+
+def outcomes(n: int, rate: float, offset: int = 0) -> list[bool]:
+    """n deterministic outcomes with about `rate` of them True, spread evenly (no randomness)."""
+    return [math.floor((i + offset + 1) * rate) > math.floor((i + offset) * rate) for i in range(n)]
+
+
+def demo_curve(steps: int = 80, every: int = 10) -> list[dict[str, Any]]:
+    """A learning curve that looks like the real thing: loss falls, format saturates, accuracy flat."""
+    rows = []
+    for step in range(1, steps + 1):
+        measured = step % every == 0 or step == 1
+        rows.append({
+            "step": step, "loss": round(2.5 * math.exp(-step / 15) + 0.4, 4),
+            "format_rate": round(1 - 0.9 * math.exp(-step / 12), 4) if measured else None,
+            "accuracy": round(0.30 + 0.02 * math.sin(step), 4) if measured else None,
+        })
+    return rows
+
+
+def demo_runs(out: Path, n: int = 60, name_prefix: str = "") -> list[tuple[str, str]]:
+    """A small but complete runs folder: 4 base/post pairs, three methods on the bases, loglik,
+    curves, and format failures that lenient scoring forgives. Returns the pairs."""
+    pairs = []
+    for i, (zero, few, soft, post) in enumerate([(0.15, 0.35, 0.30, 0.35), (0.25, 0.30, 0.45, 0.50),
+                                                 (0.20, 0.50, 0.55, 0.60), (0.35, 0.40, 0.40, 0.45)]):
+        base, partner = f"{name_prefix}base-{i}", f"{name_prefix}post-{i}"
+        fmt = outcomes(n, min(1.0, zero + 0.35), offset=i)
+        strict = [c and f for c, f in zip(outcomes(n, soft, offset=i), fmt)]
+        write_run(out, base, "mmlu", "zero-shot", strict, format_ok=fmt,
+                  lenient_correct=outcomes(n, soft, offset=i), loglik_correct=outcomes(n, soft + 0.05))
+        write_run(out, base, "mmlu", "few-shot", outcomes(n, few, offset=i), loglik_correct=outcomes(n, soft + 0.05))
+        write_run(out, base, "mmlu", "soft-prompt", outcomes(n, soft, offset=i), curve=demo_curve(),
+                  loglik_correct=outcomes(n, soft + 0.05))
+        write_run(out, partner, "mmlu", "zero-shot", outcomes(n, post, offset=i), model_kind="post-trained")
+        pairs.append((base, partner))
+    return pairs
