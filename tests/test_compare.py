@@ -128,7 +128,7 @@ def test_cli_compare_json_has_the_promised_fields(tmp_path: Path, capsys: pytest
     cli_analysis.register(parser.add_subparsers())
     args = parser.parse_args(["compare", str(tmp_path), "--json", "--n-boot", "100",
                               *[f"--pair={b}={p}" for b, p in PAIRS]])
-    assert args.func(args) == 0
+    assert args.handler(args) == 0
     data = json.loads(capsys.readouterr().out)
     for row in data["results"] + data["average"]:
         assert {"task", "method", "kendall_tau", "spearman_rho", "ci_low", "ci_high", "n_pairs"} <= set(row)

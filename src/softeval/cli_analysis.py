@@ -1,7 +1,8 @@
 """The analysis subcommands: `runs`, `compare`, `report`. Thin: parse, call the library, print.
 
 Kept apart from cli.py so the analysis side can be read and tested without the model-running side;
-cli.py calls `register(subparsers)`, and each handler is set as the parser's `func`.
+cli.py calls `register(subparsers)`; each handler is the parser's `handler` default, which cli.main
+calls with the namespace and whose return value is the exit code.
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.add_argument("--rebuild", action="store_true", help="rebuild the index from the run folders first")
-    p.set_defaults(func=cmd_runs)
+    p.set_defaults(handler=cmd_runs)
 
     p = subparsers.add_parser("compare", help="do base-model scores predict the post-trained ranking?")
     p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
     _ranking_args(p, required=True)
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    p.set_defaults(func=cmd_compare)
+    p.set_defaults(handler=cmd_compare)
 
     p = subparsers.add_parser("report", help="write one self-contained HTML report with plots")
     p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     _ranking_args(p, required=False)
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(handler=cmd_report)
 
 
 def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -74,7 +75,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"{len(runs)} finished runs in {out}")
     for col in ("model", "kind", "task", "method", "seed", "n", "accuracy", "format_rate", "knowledge", "path"):
-        table.add_column(col, justify="right" if col in ("seed", "n", "accuracy", "format_rate", "knowledge") else "left")
+        table.add_column(col, overflow="fold",
+                         justify="right" if col in ("seed", "n", "accuracy", "format_rate", "knowledge") else "left")
     for r in runs:
         cells = (r["model"], r["model_kind"] or "", r["task"], r["method"], str(r["seed"]), str(r["n"]),
                  _num(r["accuracy"]), _num(r["format_rate"]), _num(r["knowledge_accuracy"]), r["path"])
@@ -113,7 +115,7 @@ def _print_comparison(console: Console, c: Comparison) -> None:
     table = Table(title=f"Base {c.metric} against post-trained {c.metric} ({c.post_method}), "
                         f"95% bootstrap intervals over items")
     for col in ("task", "base method", "Kendall tau", "tau 95% CI", "Spearman rho", "rho 95% CI", "pairs", "items"):
-        table.add_column(col, justify="left" if col in ("task", "base method") else "right")
+        table.add_column(col, overflow="fold", justify="left" if col in ("task", "base method") else "right")
     for r in [*c.results, *c.average]:
         cells = (r.task, r.method, _num(r.kendall_tau), _ci(r.ci_low, r.ci_high), _num(r.spearman_rho),
                  _ci(r.spearman_ci_low, r.spearman_ci_high), str(r.n_pairs), str(r.n_items))
