@@ -13,7 +13,8 @@ from scipy import stats
 
 from runfactory import outcomes, write_run
 from softeval import cli_analysis
-from softeval.compare import batched_rank_correlations, compare_runs, load_runs, parse_pairs
+from softeval.compare import compare_runs, load_runs, parse_pairs
+from softeval.ranking_stats import batched_rank_correlations
 from softeval.errors import UserError
 
 PAIRS = [("base-1", "post-1"), ("base-2", "post-2"), ("base-3", "post-3"), ("base-4", "post-4")]

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from softeval.errors import UserError
 from softeval.index import METHODS, Run, scan
+from softeval.ranking_stats import (ItemScores, batched_rank_correlations, bootstrap_scores,
+                                    percentile_interval, rank_correlations)
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
 PER_ITEM: dict[str, tuple[str, str | None]] = {
@@ -33,25 +34,6 @@ PER_ITEM: dict[str, tuple[str, str | None]] = {
 }
 POST_METHODS = (*METHODS, "best")
 MIN_PAIRS = 3
-_CHUNK_CELLS = 4_000_000  # replicate x item indices held at once, so 14k-item MMLU stays small
-
-
-@dataclass
-class ItemScores:
-    """Per-item numerator and denominator of a metric for one model/task/method, seeds averaged."""
-
-    ids: list[str]
-    num: np.ndarray
-    den: np.ndarray
-
-    def aligned(self, common: Sequence[str]) -> ItemScores:
-        where = {item: i for i, item in enumerate(self.ids)}
-        pick = np.array([where[item] for item in common], dtype=np.int64)
-        return ItemScores(list(common), self.num[pick], self.den[pick])
-
-    def score(self) -> float:
-        den = self.den.sum()
-        return float(self.num.sum() / den) if den > 0 else float("nan")
 
 
 @dataclass
@@ -98,45 +80,6 @@ class Comparison:
             "results": [r.to_json() for r in self.results], "average": [r.to_json() for r in self.average],
             "best_method": self.best_method, "notes": self.notes, "skipped": self.skipped,
         })
-
-
-def rank_correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Kendall tau-b and Spearman rho from scipy.stats (nan when either side is constant)."""
-    if len(set(x)) < 2 or len(set(y)) < 2:
-        return float("nan"), float("nan")
-    return float(stats.kendalltau(x, y).statistic), float(stats.spearmanr(x, y).statistic)
-
-
-def batched_rank_correlations(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise Kendall tau-b and Spearman rho for (replicates, models) arrays, equal to scipy's.
-
-    Bootstrapping calls these thousands of times per task and method; vectorising keeps a whole
-    compare under a second. tau-b = sum(sx*sy)/sqrt(sum(sx^2) sum(sy^2)) over model pairs, with s the
-    sign of the pairwise difference (ties drop out exactly as in tau-b).
-    """
-    i, j = np.triu_indices(xs.shape[1], k=1)
-    sx, sy = np.sign(xs[:, i] - xs[:, j]), np.sign(ys[:, i] - ys[:, j])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tau = (sx * sy).sum(1) / np.sqrt((sx * sx).sum(1) * (sy * sy).sum(1))
-        rx = stats.rankdata(xs, axis=1) - (xs.shape[1] + 1) / 2
-        ry = stats.rankdata(ys, axis=1) - (ys.shape[1] + 1) / 2
-        rho = (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
-    nan_rows = np.isnan(xs).any(1) | np.isnan(ys).any(1)
-    tau[nan_rows], rho[nan_rows] = np.nan, np.nan
-    return tau, rho
-
-
-def bootstrap_scores(items: list[ItemScores], n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, len(items)) scores, every model rescored on the same resampled item indices."""
-    n = len(items[0].ids)
-    out = np.empty((n_boot, len(items)))
-    step = max(1, _CHUNK_CELLS // max(n, 1))
-    for start in range(0, n_boot, step):
-        idx = rng.integers(0, n, size=(min(step, n_boot - start), n))
-        for k, it in enumerate(items):
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[start:start + len(idx), k] = it.num[idx].sum(1) / it.den[idx].sum(1)
-    return out
 
 
 def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
@@ -282,18 +225,10 @@ def _best_own_method(runs: list[Run], metric: str) -> str | None:
 
 def _row(task: str, method: str, tau: float, rho: float, boot_tau: np.ndarray, boot_rho: np.ndarray,
          n_pairs: int, n_items: int, base: dict[str, float], post: dict[str, float]) -> Correlation:
-    t_lo, t_hi = _interval(boot_tau)
-    r_lo, r_hi = _interval(boot_rho)
+    t_lo, t_hi = percentile_interval(boot_tau)
+    r_lo, r_hi = percentile_interval(boot_rho)
     return Correlation(task, method, tau, rho, t_lo, t_hi, r_lo, r_hi, n_pairs, n_items, base, post,
                        boot_tau, boot_rho)
-
-
-def _interval(boot: np.ndarray) -> tuple[float | None, float | None]:
-    finite = boot[np.isfinite(boot)]
-    if len(finite) < max(10, len(boot) // 2):  # mostly degenerate replicates: no honest interval
-        return None, None
-    lo, hi = np.percentile(finite, [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def _averages(results: list[Correlation]) -> list[Correlation]:
@@ -324,7 +259,7 @@ def _best(average: list[Correlation], results: list[Correlation]) -> dict[str, A
     for other in fair:
         if other is not best:
             diff = best.boot_tau - other.boot_tau
-            lo, hi = _interval(diff)
+            lo, hi = percentile_interval(diff)
             leads.append({"method": other.method, "tau_difference": best.kendall_tau - other.kendall_tau,
                           "ci_low": lo, "ci_high": hi})
     clear = bool(leads) and all(lead["ci_low"] is not None and lead["ci_low"] > 0 for lead in leads)
