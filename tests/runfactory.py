@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def wilson(k: float, n: int, z: float = 1.959964) -> tuple[float | None, float | None, float | None]:
@@ -122,7 +123,8 @@ def demo_runs(out: Path, n: int = 60, name_prefix: str = "") -> list[tuple[str, 
         strict = [c and f for c, f in zip(outcomes(n, soft, offset=i), fmt)]
         write_run(out, base, "mmlu", "zero-shot", strict, format_ok=fmt,
                   lenient_correct=outcomes(n, soft, offset=i), loglik_correct=outcomes(n, soft + 0.05))
-        write_run(out, base, "mmlu", "few-shot", outcomes(n, few, offset=i), loglik_correct=outcomes(n, soft + 0.05))
+        write_run(out, base, "mmlu", "few-shot", outcomes(n, few, offset=i),
+                  loglik_correct=outcomes(n, soft + 0.05))
         write_run(out, base, "mmlu", "soft-prompt", outcomes(n, soft, offset=i), curve=demo_curve(),
                   loglik_correct=outcomes(n, soft + 0.05))
         write_run(out, partner, "mmlu", "zero-shot", outcomes(n, post, offset=i), model_kind="post-trained")

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runfactory import write_run
 from scipy import stats
 
-from runfactory import outcomes, write_run
 from softeval import cli_analysis
 from softeval.compare import compare_runs, load_runs, parse_pairs
-from softeval.ranking_stats import batched_rank_correlations
 from softeval.errors import UserError
+from softeval.ranking_stats import batched_rank_correlations
 
 PAIRS = [("base-1", "post-1"), ("base-2", "post-2"), ("base-3", "post-3"), ("base-4", "post-4")]
 
@@ -106,7 +106,8 @@ def test_a_pair_naming_a_model_without_runs_is_refused(tmp_path: Path) -> None:
 def test_different_item_sets_are_restricted_to_common_items_and_said_so(tmp_path: Path) -> None:
     _table(tmp_path, {"zero-shot": [1, 4, 3, 5]}, [2, 5, 6])
     ids = [f"mmlu/test/{i}" for i in range(2, 10)]  # post-4 never saw items 0 and 1
-    write_run(tmp_path, "post-4", "mmlu", "zero-shot", [True] * 7 + [False], ids=ids, model_kind="post-trained")
+    write_run(tmp_path, "post-4", "mmlu", "zero-shot", [True] * 7 + [False], ids=ids,
+              model_kind="post-trained")
     runs, _ = load_runs(tmp_path)
     result = compare_runs(runs, PAIRS, n_boot=100)
     row = result.results[0]

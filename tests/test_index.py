@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from runfactory import outcomes, write_run
+
 from softeval import index
 
 WRITES_PER_PROCESS = 15
@@ -23,7 +23,8 @@ def test_record_run_is_an_idempotent_upsert(tmp_path: Path) -> None:
     assert len(rows) == 1
     row = rows[0]
     assert row["path"] == "org--model-a/mmlu/zero-shot/seed0"
-    assert (row["model"], row["task"], row["method"], row["seed"], row["n"]) == ("org/model-a", "mmlu", "zero-shot", 0, 20)
+    assert (row["model"], row["task"], row["method"], row["seed"], row["n"]) == (
+        "org/model-a", "mmlu", "zero-shot", 0, 20)
     assert row["accuracy"] == pytest.approx(0.4)
     assert row["metrics"]["format_rate"]["value"] == 1.0
     conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
@@ -37,7 +38,7 @@ def test_record_run_refuses_a_partial_folder(tmp_path: Path) -> None:
         index.record_run(tmp_path, run)
 
 
-def _writer(out: str, who: int, start: "mp.synchronize.Event") -> None:
+def _writer(out: str, who: int, start: mp.synchronize.Event) -> None:
     start.wait(10)
     for k in range(WRITES_PER_PROCESS):
         index.record_run(Path(out), Path(out) / f"model-{who}" / "mmlu" / "zero-shot" / f"seed{k}")
@@ -111,3 +112,22 @@ def test_rebuild_drops_runs_whose_folders_are_gone(tmp_path: Path) -> None:
 def test_list_runs_builds_a_missing_index_from_the_folders(tmp_path: Path) -> None:
     write_run(tmp_path, "model-a", "mmlu", "few-shot", outcomes(10, 0.5))
     assert [r["method"] for r in index.list_runs(tmp_path)] == ["few-shot"]
+
+
+def test_cli_runs_rebuild_json_lists_runs_and_reports_skips_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from softeval import cli_analysis
+
+    write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5))
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5), partial=True)
+    parser = argparse.ArgumentParser()
+    cli_analysis.register(parser.add_subparsers())
+    args = parser.parse_args(["runs", str(tmp_path), "--rebuild", "--json"])
+    assert args.handler(args) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [(r["model"], r["method"]) for r in rows] == [("model-a", "soft-prompt")]
+    assert "seed0.partial" in captured.err and "skipped" in captured.err

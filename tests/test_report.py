@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from runfactory import demo_runs
+
 from softeval.report import build_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
@@ -48,7 +48,8 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0"]
+             "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
+             "--enable-logging=stderr", "--v=0"]
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=90)
 
 

@@ -23,7 +23,7 @@ from softeval.errors import UserError
 DEFAULT_RUNS = "runs"
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `runs`, `compare` and `report` to the main parser's subcommands."""
     p = subparsers.add_parser("runs", help="list finished runs (from the index at RUNS_DIR/index.sqlite)")
     p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
@@ -45,41 +45,65 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--pair", action="append", default=[], required=required, metavar="BASE=POST",
-                   help="a base model and its post-trained version (repeat; at least 3 pairs)")
+    p.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        required=required,
+        metavar="BASE=POST",
+        help="a base model and its post-trained version (repeat; at least 3 pairs)",
+    )
     p.add_argument("--metric", default="accuracy", choices=list(PER_ITEM), help="score to rank by")
-    p.add_argument("--post-method", default="zero-shot", choices=list(POST_METHODS),
-                   help="how the post-trained models are scored (default zero-shot: how they are used; "
-                        "'best' takes each one's highest-scoring method)")
+    p.add_argument(
+        "--post-method",
+        default="zero-shot",
+        choices=list(POST_METHODS),
+        help="how the post-trained models are scored (default zero-shot: how they are used; "
+        "'best' takes each one's highest-scoring method)",
+    )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
 
 
 def _runs_dir(args: argparse.Namespace) -> Path:
     path = Path(args.runs_dir)
     if not path.is_dir():
-        raise UserError(f"runs folder {str(path)!r} does not exist (run `softeval run` first, or pass RUNS_DIR)")
+        raise UserError(
+            f"runs folder {str(path)!r} does not exist (run `softeval run` first, or pass RUNS_DIR)"
+        )
     return path
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
-    console = Console()
+    console = Console(stderr=args.json)  # with --json, stdout carries only the JSON
     if args.rebuild:
         report = index.rebuild(out)
-        console.print(f"Rebuilt {out / index.INDEX_NAME}: {len(report.runs)} runs indexed.")
+        console.print(f"Rebuilt {out / index.INDEX_NAME}: {len(report.runs)} runs indexed.", markup=False)
         for path, why in report.skipped:
-            console.print(f"[yellow]skipped[/] {path}: {why}", markup=True, highlight=False)
+            console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
     runs = index.list_runs(out)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0
-    table = Table(title=f"{len(runs)} finished runs in {out}")
-    for col in ("model", "kind", "task", "method", "seed", "n", "accuracy", "format_rate", "knowledge", "path"):
-        table.add_column(col, overflow="fold",
-                         justify="right" if col in ("seed", "n", "accuracy", "format_rate", "knowledge") else "left")
+    table = Table(
+        title=f"{len(runs)} finished runs in {out}",
+        caption="folder: <model>/<task>/<method>/seed<N>; --json for paths and intervals",
+    )
+    numeric = ("seed", "n", "acc", "format", "knowl.")
+    for col in ("model", "kind", "task", "method", *numeric):
+        table.add_column(col, overflow="fold", justify="right" if col in numeric else "left")
     for r in runs:
-        cells = (r["model"], r["model_kind"] or "", r["task"], r["method"], str(r["seed"]), str(r["n"]),
-                 _num(r["accuracy"]), _num(r["format_rate"]), _num(r["knowledge_accuracy"]), r["path"])
+        cells = (
+            r["model"],
+            r["model_kind"] or "",
+            r["task"],
+            r["method"],
+            str(r["seed"]),
+            str(r["n"]),
+            _num(r["accuracy"]),
+            _num(r["format_rate"]),
+            _num(r["knowledge_accuracy"]),
+        )
         table.add_row(*(Text(cell) for cell in cells))  # Text: names are never read as rich markup
     console.print(table)
     return 0
@@ -112,24 +136,40 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _print_comparison(console: Console, c: Comparison) -> None:
-    table = Table(title=f"Base {c.metric} against post-trained {c.metric} ({c.post_method}), "
-                        f"95% bootstrap intervals over items")
-    for col in ("task", "base method", "Kendall tau", "tau 95% CI", "Spearman rho", "rho 95% CI", "pairs", "items"):
-        table.add_column(col, overflow="fold", justify="left" if col in ("task", "base method") else "right")
+    n_pairs = len(c.pairs)
+    table = Table(
+        title=f"{n_pairs} pairs: base {c.metric} against post-trained {c.metric} ({c.post_method}), "
+        f"95% bootstrap intervals over items"
+    )
+    for col in ("task", "base method", "Kendall tau [95% CI]", "Spearman rho [95% CI]", "items"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("task", "base method") else "right")
     for r in [*c.results, *c.average]:
-        cells = (r.task, r.method, _num(r.kendall_tau), _ci(r.ci_low, r.ci_high), _num(r.spearman_rho),
-                 _ci(r.spearman_ci_low, r.spearman_ci_high), str(r.n_pairs), str(r.n_items))
+        cells = (
+            r.task,
+            r.method,
+            f"{_num(r.kendall_tau)} {_ci(r.ci_low, r.ci_high)}",
+            f"{_num(r.spearman_rho)} {_ci(r.spearman_ci_low, r.spearman_ci_high)}",
+            str(r.n_items),
+        )
         table.add_row(*(Text(cell) for cell in cells))
     console.print(table)
     for note in [*c.notes, *c.skipped]:
         console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if c.best_method:
         b = c.best_method
-        leads = ", ".join(f"{x['method']} by {x['tau_difference']:+.2f} {_ci(x['ci_low'], x['ci_high'])}"
-                          for x in b["ahead_of"])
-        verdict = "clearly" if b["clearly_best"] else "not clearly (a paired interval includes 0)"
-        console.print(f"Best predictor: {b['method']} (mean tau {b['kendall_tau']:.2f}), {verdict}"
-                      + (f"; ahead of {leads}" if leads else ""), markup=False, highlight=False)
+        leads = ", ".join(
+            f"{x['method']} by {x['tau_difference']:+.2f} {_ci(x['ci_low'], x['ci_high'])}"
+            for x in b["ahead_of"]
+        )
+        verdict = (
+            "clearly" if b["clearly_best"] else "but not clearly (a paired interval of its lead includes 0)"
+        )
+        console.print(
+            f"Best predictor: {b['method']} (mean tau {b['kendall_tau']:.2f}), {verdict}"
+            + (f"; ahead of {leads}" if leads else ""),
+            markup=False,
+            highlight=False,
+        )
 
 
 def _num(value: Any) -> str:

@@ -21,8 +21,13 @@ import numpy as np
 
 from softeval.errors import UserError
 from softeval.index import METHODS, Run, scan
-from softeval.ranking_stats import (ItemScores, batched_rank_correlations, bootstrap_scores,
-                                    percentile_interval, rank_correlations)
+from softeval.ranking_stats import (
+    ItemScores,
+    batched_rank_correlations,
+    bootstrap_scores,
+    percentile_interval,
+    rank_correlations,
+)
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
 PER_ITEM: dict[str, tuple[str, str | None]] = {
@@ -76,7 +81,8 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return _clean({
             "metric": self.metric, "post_method": self.post_method, "pairs": [list(p) for p in self.pairs],
-            "n_boot": self.n_boot, "confidence": 0.95, "ci_of": "kendall_tau (percentile bootstrap over items)",
+            "n_boot": self.n_boot, "confidence": 0.95,
+            "ci_of": "kendall_tau (percentile bootstrap over items)",
             "results": [r.to_json() for r in self.results], "average": [r.to_json() for r in self.average],
             "best_method": self.best_method, "notes": self.notes, "skipped": self.skipped,
         })
@@ -117,7 +123,8 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
     for spec in specs:
         base, sep, post = spec.partition("=")
         if not sep or not base.strip() or not post.strip():
-            raise UserError(f"--pair {spec!r}: expected BASE=POST, e.g. --pair smollm2-135m=smollm2-135m-instruct")
+            raise UserError(f"--pair {spec!r}: expected BASE=POST, "
+                            "e.g. --pair smollm2-135m=smollm2-135m-instruct")
         pairs.append((base.strip(), post.strip()))
     return pairs
 
@@ -135,7 +142,8 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     if not results:
         raise UserError("nothing to correlate: " + "; ".join(skipped or ["no task has runs of every model"]))
     average = _averages(results)
-    return Comparison(metric, post_method, pairs, n_boot, results, average, _best(average, results), notes, skipped)
+    best = _best(average, results)
+    return Comparison(metric, post_method, pairs, n_boot, results, average, best, notes, skipped)
 
 
 def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str) -> None:
@@ -152,11 +160,13 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
     known = sorted({r.model for r in runs})
     for name in names:
         if not runs_of(runs, name):
-            raise UserError(f"no finished runs for model {name!r}; models with runs: {', '.join(known) or 'none'}")
+            raise UserError(f"no finished runs for model {name!r}; "
+                            f"models with runs: {', '.join(known) or 'none'}")
 
 
 def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metric: str, post_method: str,
-                  n_boot: int, rng: np.random.Generator, notes: list[str], skipped: list[str]) -> list[Correlation]:
+                  n_boot: int, rng: np.random.Generator, notes: list[str],
+                  skipped: list[str]) -> list[Correlation]:
     task_runs = [r for r in runs if r.task == task]
     absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)]
     if absent:

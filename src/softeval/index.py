@@ -14,7 +14,7 @@ import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +241,7 @@ def _upsert(conn: sqlite3.Connection, run: Run) -> None:
         f"VALUES ({', '.join('?' * (10 + len(METRICS)))})",
         (run.rel, run.model, run.model_kind, run.task, run.method, run.seed, r.get("n"),
          *[values[m] for m in METRICS], json.dumps(r["metrics"]), r.get("finished_at"),
-         datetime.now(timezone.utc).isoformat(timespec="seconds")),
+         datetime.now(UTC).isoformat(timespec="seconds")),
     )
 
 

@@ -8,7 +8,7 @@ prompts, model outputs) is escaped, since model outputs are arbitrary text.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -21,23 +21,33 @@ MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report open
 MAX_CURVES = 24
 
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;
+background:#f6f7f9}
 main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
-h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:34px 0 8px;border-bottom:1px solid #d8dde3;padding-bottom:4px}
-h3{font-size:15px;margin:18px 0 6px}.muted{color:#5d6875}.note{background:#fff8e1;border-left:3px solid #e0a458;padding:6px 10px;margin:6px 0}
+h1{font-size:24px;margin:0 0 4px}
+h2{font-size:18px;margin:34px 0 8px;border-bottom:1px solid #d8dde3;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}.muted{color:#5d6875}
+.note{background:#fff8e1;border-left:3px solid #e0a458;padding:6px 10px;margin:6px 0}
 table{border-collapse:collapse;background:#fff;font-size:12.5px;margin:6px 0 12px}
 th,td{border:1px solid #dde2e8;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#eef1f5;position:sticky;top:0}tr:nth-child(even) td{background:#fafbfc}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}.ci{color:#7a8591;font-size:11px}
 img.chart{max-width:100%;background:#fff;border:1px solid #dde2e8;margin:6px 0}
-details{background:#fff;border:1px solid #dde2e8;margin:6px 0;padding:4px 10px}summary{cursor:pointer;font-weight:600}
+details{background:#fff;border:1px solid #dde2e8;margin:6px 0;padding:4px 10px}
+summary{cursor:pointer;font-weight:600}
 pre{white-space:pre-wrap;word-break:break-word;margin:0;font-size:11.5px;max-height:14em;overflow:auto}
 .best{font-size:15px;background:#e8f2fb;border-left:3px solid #2f7ebc;padding:8px 12px}
 """
 
 
-def build_report(out_root: Path, output: Path, pairs: list[tuple[str, str]] | None = None,
-                 metric: str = "accuracy", post_method: str = "zero-shot", n_boot: int = 1000) -> Path:
+def build_report(
+    out_root: Path,
+    output: Path,
+    pairs: list[tuple[str, str]] | None = None,
+    metric: str = "accuracy",
+    post_method: str = "zero-shot",
+    n_boot: int = 1000,
+) -> Path:
     """Scan the runs folder, compute the ranking analysis if pairs are given, write the HTML file."""
     runs, skipped = load_runs(Path(out_root))
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot) if pairs else None
@@ -48,28 +58,37 @@ def build_report(out_root: Path, output: Path, pairs: list[tuple[str, str]] | No
     return output
 
 
-def render(runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None,
-           title: str) -> str:
+def render(
+    runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None, title: str
+) -> str:
     """The whole page as a string."""
     runs = sorted(runs, key=lambda r: (r.task, r.model, METHODS.index(r.method), r.seed))
-    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"<h1>{escape(title)}</h1>",
-             f'<p class="muted">{len(runs)} finished runs · {len({r.model for r in runs})} models · '
-             f"{len({r.task for r in runs})} tasks · generated {generated}</p>"]
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">{len(runs)} finished runs · {len({r.model for r in runs})} models · '
+        f"{len({r.task for r in runs})} tasks · generated {generated}</p>",
+    ]
     if skipped:
         items = "".join(f"<li><code>{escape(str(p))}</code>: {escape(why)}</li>" for p, why in skipped)
         parts.append(f'<div class="note">Skipped {len(skipped)} folder(s):<ul>{items}</ul></div>')
     if not runs:
         parts.append("<p>No finished runs found.</p>")
     else:
-        parts += [_metrics_section(runs), _format_section(runs), _decomposition_section(runs),
-                  _curves_section(runs)]
+        parts += [
+            _metrics_section(runs),
+            _format_section(runs),
+            _decomposition_section(runs),
+            _curves_section(runs),
+        ]
         if comparison is not None:
             parts.append(_ranking_section(comparison))
         parts.append(_samples_section(runs))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}</title><style>{_CSS}</style></head>"
-            f"<body><main>{''.join(parts)}</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body><main>{''.join(parts)}</main></body></html>\n"
+    )
 
 
 def _fmt(metric: dict[str, Any] | None) -> str:
@@ -82,32 +101,44 @@ def _fmt(metric: dict[str, Any] | None) -> str:
 
 
 def _metrics_section(runs: list[Run]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS))
+    head = "".join(
+        f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS)
+    )
     body = "".join(
         f"<tr><td>{escape(r.task)}</td><td>{escape(r.model)}</td><td>{escape(str(r.model_kind or ''))}</td>"
-        f"<td>{escape(r.method)}</td><td class=\"num\">{r.seed}</td>"
-        f"<td class=\"num\">{escape(str(r.results.get('n', '')))}</td>"
-        + "".join(_fmt(r.metric(m)) for m in METRICS) + "</tr>"
-        for r in runs)
-    return ("<h2>Metrics</h2><p class=\"muted\">Each value with its 95% Wilson interval. "
-            "accuracy is the benchmark's strict score; knowledge_accuracy is accuracy among items that "
-            "followed the format; loglik_accuracy needs no generation at all.</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        f'<td>{escape(r.method)}</td><td class="num">{r.seed}</td>'
+        f'<td class="num">{escape(str(r.results.get("n", "")))}</td>'
+        + "".join(_fmt(r.metric(m)) for m in METRICS)
+        + "</tr>"
+        for r in runs
+    )
+    return (
+        '<h2>Metrics</h2><p class="muted">Each value with its 95% Wilson interval. '
+        "accuracy is the benchmark's strict score; knowledge_accuracy is accuracy among items that "
+        "followed the format; loglik_accuracy needs no generation at all.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 def _format_section(runs: list[Run]) -> str:
-    return ("<h2>Format-following against accuracy</h2><p class=\"muted\">Points on the diagonal "
-            "lose nothing to format; a method that moves points right (more format) without moving "
-            "them up is fixing format, not adding knowledge.</p>"
-            + plots.img(plots.format_vs_accuracy(runs), "format_rate against accuracy per method"))
+    return (
+        '<h2>Format-following against accuracy</h2><p class="muted">Points on the diagonal '
+        "lose nothing to format; a method that moves points right (more format) without moving "
+        "them up is fixing format, not adding knowledge.</p>"
+        + plots.img(plots.format_vs_accuracy(runs), "format_rate against accuracy per method")
+    )
 
 
 def _decomposition_section(runs: list[Run]) -> str:
-    figs = "".join(plots.img(plots.decomposition(runs, task), f"knowledge versus format on {task}")
-                   for task in sorted({r.task for r in runs}))
-    return ("<h2>Knowledge versus format, per model</h2><p class=\"muted\">accuracy = format_rate × "
-            "knowledge_accuracy. A base model with high knowledge_accuracy but low format_rate is "
-            "underrated by its zero-shot score.</p>" + figs)
+    figs = "".join(
+        plots.img(plots.decomposition(runs, task), f"knowledge versus format on {task}")
+        for task in sorted({r.task for r in runs})
+    )
+    return (
+        '<h2>Knowledge versus format, per model</h2><p class="muted">accuracy = format_rate × '
+        "knowledge_accuracy. A base model with high knowledge_accuracy but low format_rate is "
+        "underrated by its zero-shot score.</p>" + figs
+    )
 
 
 def _curves_section(runs: list[Run]) -> str:
@@ -115,18 +146,26 @@ def _curves_section(runs: list[Run]) -> str:
     for run in runs:
         path = run.path / "curve.jsonl"
         if run.method == "soft-prompt" and path.is_file():
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            rows = [
+                json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+            ]
             if rows:
                 curves.append((run, rows))
     if not curves:
-        return "<h2>Learning curves</h2><p class=\"muted\">No soft-prompt runs with curve.jsonl.</p>"
-    more = (f'<p class="muted">Showing the first {MAX_CURVES} of {len(curves)}.</p>'
-            if len(curves) > MAX_CURVES else "")
-    return ("<h2>Learning curves (soft-prompt tuning)</h2><p class=\"muted\">Loss on the left axis; "
-            "format_rate and accuracy on a held-out tuning slice on the right. Format typically "
-            "saturates within a few dozen steps while accuracy stays flat: tuning teaches the format, "
-            "not the answers.</p>" + more
-            + plots.img(plots.learning_curves(curves[:MAX_CURVES]), "soft-prompt learning curves"))
+        return '<h2>Learning curves</h2><p class="muted">No soft-prompt runs with curve.jsonl.</p>'
+    more = (
+        f'<p class="muted">Showing the first {MAX_CURVES} of {len(curves)}.</p>'
+        if len(curves) > MAX_CURVES
+        else ""
+    )
+    return (
+        '<h2>Learning curves (soft-prompt tuning)</h2><p class="muted">Loss on the left axis; '
+        "format_rate and accuracy on a held-out tuning slice on the right. Format typically "
+        "saturates within a few dozen steps while accuracy stays flat: tuning teaches the format, "
+        "not the answers.</p>"
+        + more
+        + plots.img(plots.learning_curves(curves[:MAX_CURVES]), "soft-prompt learning curves")
+    )
 
 
 def _corr_cells(row: Correlation) -> str:
@@ -135,34 +174,51 @@ def _corr_cells(row: Correlation) -> str:
             return '<td class="num">n/a</td>'
         ci = f'<br><span class="ci">[{lo:.2f}, {hi:.2f}]</span>' if lo is not None and hi is not None else ""
         return f'<td class="num">{value:.3f}{ci}</td>'
-    return (cell(row.kendall_tau, row.ci_low, row.ci_high)
-            + cell(row.spearman_rho, row.spearman_ci_low, row.spearman_ci_high))
+
+    return cell(row.kendall_tau, row.ci_low, row.ci_high) + cell(
+        row.spearman_rho, row.spearman_ci_low, row.spearman_ci_high
+    )
 
 
 def _ranking_section(c: Comparison) -> str:
     pairs = ", ".join(f"{escape(b)} → {escape(p)}" for b, p in c.pairs)
-    head = "<tr><th>task</th><th>base method</th><th>Kendall τ</th><th>Spearman ρ</th><th>pairs</th><th>items</th></tr>"
-    body = "".join(f"<tr><td>{escape(r.task)}</td><td>{escape(r.method)}</td>{_corr_cells(r)}"
-                   f"<td class=\"num\">{r.n_pairs}</td><td class=\"num\">{r.n_items}</td></tr>"
-                   for r in [*c.results, *c.average])
+    columns = ("task", "base method", "Kendall τ", "Spearman ρ", "pairs", "items")
+    head = "<tr>" + "".join(f"<th>{h}</th>" for h in columns) + "</tr>"
+    body = "".join(
+        f"<tr><td>{escape(r.task)}</td><td>{escape(r.method)}</td>{_corr_cells(r)}"
+        f'<td class="num">{r.n_pairs}</td><td class="num">{r.n_items}</td></tr>'
+        for r in [*c.results, *c.average]
+    )
     best = ""
     if c.best_method:
         b = c.best_method
         leads = "; ".join(
-            f"ahead of {escape(x['method'])} by {x['tau_difference']:.2f}"
+            f"{escape(x['method'])} {x['tau_difference']:+.2f}"
             + (f" [{x['ci_low']:.2f}, {x['ci_high']:.2f}]" if x["ci_low"] is not None else "")
-            for x in b["ahead_of"])
-        verdict = "clearly (every paired interval above 0)" if b["clearly_best"] else "but not clearly"
-        best = (f'<p class="best">Best predictor of the post-trained ranking: <b>{escape(b["method"])}</b> '
-                f"(mean τ {b['kendall_tau']:.2f}), {verdict}. {leads}</p>")
+            for x in b["ahead_of"]
+        )
+        verdict = (
+            "clearly: every paired interval of its lead is above 0"
+            if b["clearly_best"]
+            else "but not clearly: a paired interval of its lead includes 0"
+        )
+        best = (
+            f'<p class="best">Best predictor of the post-trained ranking: <b>{escape(b["method"])}</b> '
+            f"(mean τ {b['kendall_tau']:.2f}), {verdict}."
+            + (f"<br>Lead in τ over {leads}.</p>" if leads else "</p>")
+        )
     notes = "".join(f'<div class="note">{escape(n)}</div>' for n in [*c.notes, *c.skipped])
-    figs = "".join(plots.img(plots.rank_scatter(c, task), f"rank scatter on {task}")
-                   for task in sorted({r.task for r in c.results}))
-    return (f"<h2>Ranking: do base-model scores predict the post-trained ranking?</h2>"
-            f"<p class=\"muted\">Pairs: {pairs}. Post-trained models scored by "
-            f"{escape(c.post_method)} {escape(c.metric)}. Intervals: 95% percentile bootstrap over test "
-            f"items ({c.n_boot} replicates; every model rescored on the same resampled items).</p>"
-            f"{best}<table><thead>{head}</thead><tbody>{body}</tbody></table>{notes}{figs}")
+    figs = "".join(
+        plots.img(plots.rank_scatter(c, task), f"rank scatter on {task}")
+        for task in sorted({r.task for r in c.results})
+    )
+    return (
+        f"<h2>Ranking: do base-model scores predict the post-trained ranking?</h2>"
+        f'<p class="muted">Pairs: {pairs}. Post-trained models scored by '
+        f"{escape(c.post_method)} {escape(c.metric)}. Intervals: 95% percentile bootstrap over test "
+        f"items ({c.n_boot} replicates; every model rescored on the same resampled items).</p>"
+        f"{best}<table><thead>{head}</thead><tbody>{body}</tbody></table>{notes}{figs}"
+    )
 
 
 def _samples_section(runs: list[Run]) -> str:
@@ -181,14 +237,19 @@ def _samples_section(runs: list[Run]) -> str:
             f"<td>{'✓' if s.get('correct') else '✗'} / {'✓' if s.get('lenient_correct') else '✗'}</td>"
             f"<td><pre>{escape(str(s.get('output', '')))}</pre><details><summary>prompt</summary>"
             f"<pre>{escape(str(s.get('prompt', '')))}</pre></details></td></tr>"
-            for s in differ[:MAX_DISAGREEMENTS])
+            for s in differ[:MAX_DISAGREEMENTS]
+        )
         shown = f" (first {MAX_DISAGREEMENTS} shown)" if len(differ) > MAX_DISAGREEMENTS else ""
         blocks.append(
             f"<details><summary>{escape(run.model)} · {escape(run.task)} · {escape(run.method)} · seed "
             f"{run.seed}: {len(differ)} of {len(samples)} items disagree{shown}</summary>"
             "<table><thead><tr><th>id</th><th>gold</th><th>strict</th><th>lenient</th>"
-            f"<th>correct strict / lenient</th><th>output</th></tr></thead><tbody>{rows}</tbody></table></details>")
-    intro = ("<h2>Where strict and lenient scoring disagree</h2><p class=\"muted\">Items the strict "
-             "scorer marks differently from the lenient one: usually a right answer in the wrong "
-             "format. Click a run to open its items.</p>")
+            "<th>correct strict / lenient</th><th>output</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    intro = (
+        '<h2>Where strict and lenient scoring disagree</h2><p class="muted">Items the strict '
+        "scorer marks differently from the lenient one: usually a right answer in the wrong "
+        "format. Click a run to open its items.</p>"
+    )
     return intro + ("".join(blocks) or "<p>No disagreements.</p>")

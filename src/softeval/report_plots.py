@@ -87,7 +87,8 @@ def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
         ax.set_xlabel("step", fontsize=8)
         ax.set_ylabel("loss", fontsize=8)
         right = ax.twinx()
-        for name, color in (("format_rate", PART_COLORS["format_rate"]), ("accuracy", PART_COLORS["accuracy"])):
+        for name in ("format_rate", "accuracy"):
+            color = PART_COLORS[name]
             pts = [(c["step"], c[name]) for c in curve if c.get(name) is not None]
             if pts:
                 right.plot(*zip(*pts), marker="o", ms=3, lw=1.4, color=color, label=name)
@@ -134,7 +135,8 @@ def decomposition(runs: list[Run], task: str) -> Figure:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7.5,
+    fig.legend(list(legend.values()), list(legend), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4,
+               fontsize=7.5,
                frameon=False)
     return fig
 
