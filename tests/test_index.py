@@ -131,3 +131,12 @@ def test_cli_runs_rebuild_json_lists_runs_and_reports_skips_on_stderr(
     rows = json.loads(captured.out)
     assert [(r["model"], r["method"]) for r in rows] == [("model-a", "soft-prompt")]
     assert "seed0.partial" in captured.err and "skipped" in captured.err
+
+
+def test_a_task_name_slugged_into_its_folder_name_is_accepted(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "model-a", "my tasks/qa", "zero-shot", outcomes(4, 0.5))
+    final = run.parent.parent.parent / "my--tasks--qa" / "zero-shot" / "seed0"
+    final.parent.mkdir(parents=True)
+    run.rename(final)
+    index.record_run(tmp_path, final)
+    assert [r["task"] for r in index.list_runs(tmp_path)] == ["my tasks/qa"]
