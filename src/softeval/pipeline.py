@@ -1,0 +1,213 @@
+"""One job: for a model and a task, tune (if asked) and score each method, one run folder each.
+
+This is the single way through the data that ``softeval run``, ``tune`` and ``eval`` share.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from softeval import engine
+from softeval.data import seeded_subset
+from softeval.errors import UserError
+from softeval.metrics import aggregate
+from softeval.models import load_model
+from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
+from softeval.runs import RunFolder, git_hash, now, versions
+from softeval.scoring import add_loglik, score_output
+from softeval.softprompt import SoftPrompt
+from softeval.tasks import get_task
+from softeval.tune import TuneConfig, tune
+
+ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
+
+
+@dataclass
+class RunConfig:
+    model: str
+    task: str
+    methods: tuple[str, ...] = METHODS
+    limit: int | None = None
+    steps: int = 80
+    shots: int = 5
+    tokens: int = 10
+    lr: float = 3e-2
+    init: str = "vocab"
+    seed: int = 0
+    source: str = "offline"
+    out: str = "runs"
+    chat_template: str = "auto"
+    batch_size: int = 8
+    eval_batch_size: int = 16
+    curve_every: int = 10
+    curve_items: int = 16
+    device: str = "auto"
+    dtype: str = "auto"
+    kind: str | None = None
+    soft_prompt: str | None = None  # score with a saved soft prompt instead of tuning
+    force: bool = False
+
+    def identity(self, method: str) -> dict:
+        data = asdict(self)
+        data["method"] = method
+        data.pop("methods")
+        return data
+
+
+@dataclass
+class Job:
+    """What is shared by the methods of one (model, task) run: data, model, prompts."""
+
+    config: RunConfig
+    console: Console
+    task: object = None
+    splits: object = None
+    items: list = field(default_factory=list)
+    train: list = field(default_factory=list)
+    curve_items: list = field(default_factory=list)
+    _lm: object = None
+    _prompter: Prompter | None = None
+
+    def prepare(self) -> None:
+        cfg = self.config
+        for method in cfg.methods:
+            if method not in METHODS:
+                raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        self.task = get_task(cfg.task)
+        self.splits = self.task.load(cfg.source)
+        if cfg.limit is not None and cfg.limit > len(self.splits.eval):
+            raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
+                            f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")
+        if cfg.limit is not None and cfg.limit < 1:
+            raise UserError("--limit must be at least 1")
+        self.items = seeded_subset(self.splits.eval, cfg.limit, ITEM_SEED)
+        pool = list(self.splits.tune)
+        random.Random(cfg.seed).shuffle(pool)
+        n_curve = min(cfg.curve_items, max(0, len(pool) - cfg.batch_size))
+        self.curve_items, self.train = pool[:n_curve], pool[n_curve:]
+        if not self.train:
+            raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
+
+    @property
+    def lm(self):
+        if self._lm is None:
+            cfg = self.config
+            with self.console.status(f"loading {cfg.model}"):
+                self._lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, kind=cfg.kind)
+            self.console.print(f"loaded {cfg.model} ({self._lm.kind}, {self._lm.n_params() / 1e6:.1f}M params) "
+                               f"in {self._lm.load_seconds:.1f}s on {self._lm.device}")
+        return self._lm
+
+    @property
+    def prompter(self) -> Prompter:
+        if self._prompter is None:
+            cfg, lm = self.config, self.lm
+            shots = pick_shots(self.train, cfg.shots, cfg.seed) if "few-shot" in cfg.methods else []
+            longest_target = max(self.task.max_new_tokens, 64)
+            self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template), shots,
+                                      budget=max(16, lm.max_length - cfg.tokens - longest_target))
+        return self._prompter
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=console, transient=False)
+
+
+def run_job(config: RunConfig, console: Console | None = None) -> list[dict]:
+    """Score every requested method; returns the results of each (skipped finished runs included)."""
+    console = console or Console(stderr=True)
+    job = Job(config, console)
+    job.prepare()
+    results = []
+    for method in config.methods:
+        folder = RunFolder.at(config.out, config.model, config.task, method, config.seed)
+        identity = job.config.identity(method)
+        if folder.check(identity, config.force):
+            console.print(f"[dim]{method}: finished run found at {folder.final}, skipped (--force to redo)[/dim]")
+            results.append(folder.finished_results())
+            continue
+        results.append(run_method(job, method, folder, identity))
+    return results
+
+
+def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:
+    cfg, console, task = job.config, job.console, job.task
+    started, t0 = now(), time.time()
+    lm, prompter = job.lm, job.prompter
+    partial = folder.start()
+    soft, tuning, curve = None, None, None
+    if method == "soft-prompt":
+        if cfg.soft_prompt:
+            soft_prompt = SoftPrompt.load(cfg.soft_prompt, lm)
+            tuning = {"loaded_from": str(cfg.soft_prompt)}
+        else:
+            soft_prompt, tuning, curve = tune_soft_prompt(job, partial)
+        soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
+        soft = soft_prompt.weight.detach().to(lm.device)
+    prompts = [prompter.ids(e, method) for e in job.items]
+    with progress_bar(console) as bar:
+        bar_id = bar.add_task(f"{method}: generating", total=len(prompts))
+        outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                                  batch_size=cfg.eval_batch_size, progress=lambda n: bar.advance(bar_id, n))
+        option_scores = None
+        if task.multiple_choice:
+            ll_id = bar.add_task(f"{method}: log-likelihood", total=len(prompts))
+            option_scores = engine.option_logprobs(lm, prompts, [prompter.option_ids(e) for e in job.items],
+                                                   soft=soft, batch_size=cfg.eval_batch_size,
+                                                   progress=lambda n: bar.advance(ll_id, n))
+    samples = []
+    for i, (example, output) in enumerate(zip(job.items, outputs)):
+        sample = score_output(task, example, output)
+        if option_scores is not None:
+            add_loglik(sample, example, option_scores[i])
+        sample["prompt"] = prompter.text(example, method)
+        samples.append(sample)
+    truncated = sum(1 for e in job.items if e.id in prompter.truncated)
+    if truncated:
+        console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
+    results = {
+        "softeval_version": versions()["softeval"],
+        "model": cfg.model, "model_kind": lm.kind, "model_kind_source": lm.kind_source,
+        "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
+        "metrics": aggregate(samples),
+        "item_ids": [e.id for e in job.items],
+        "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
+        "chat_template": prompter.chat,
+        "truncated_prompts": truncated,
+        "tuning": tuning,
+        "config": identity,
+        "versions": versions(), "git": git_hash(),
+        "started_at": started, "finished_at": now(), "wall_seconds": round(time.time() - t0, 2),
+    }
+    if job.splits.note:
+        console.print(f"[yellow]note:[/yellow] {job.splits.note}")
+    final = folder.finish(results, samples, curve)
+    console.print(f"{method}: wrote {final}")
+    return results
+
+
+def tune_soft_prompt(job: Job, partial: Path):
+    cfg, console = job.config, job.console
+    tcfg = TuneConfig(num_tokens=cfg.tokens, init=cfg.init, steps=cfg.steps, batch_size=cfg.batch_size,
+                      lr=cfg.lr, seed=cfg.seed, curve_every=cfg.curve_every, curve_items=cfg.curve_items,
+                      eval_batch_size=cfg.eval_batch_size)
+    with progress_bar(console) as bar:
+        bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)
+
+        def on_step(step: int, loss: float) -> None:
+            bar.update(bar_id, completed=step, description=f"tuning soft prompt (loss {loss:.3f})")
+
+        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step)
+    if result.stopped_early:
+        console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
+    summary = result.summary()
+    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {result.final_loss}; "
+                  f"format_rate >= 0.9 first at step {summary['format_0.9_step']}")
+    return result.soft, summary, result.curve

@@ -1,0 +1,91 @@
+"""Turn task items into token ids for each method: zero-shot, few-shot and soft-prompt.
+
+The soft-prompt method sees exactly the zero-shot input (the soft prompt is added by the engine), so
+the three methods differ only in what comes before the question.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from softeval.errors import UserError
+from softeval.models import POST_TRAINED
+from softeval.tasks.base import Example, Task
+
+METHODS = ("zero-shot", "few-shot", "soft-prompt")
+
+
+def use_chat_template(lm, setting: str) -> bool:
+    """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
+    silently for a base model. ``on`` without a template is an error."""
+    if setting == "off":
+        return False
+    if setting == "on":
+        if not lm.has_chat_template:
+            raise UserError(f"--chat-template on, but the tokenizer of {lm.name} has no chat template")
+        return True
+    if setting == "auto":
+        return lm.has_chat_template and lm.kind == POST_TRAINED
+    raise UserError(f"unknown --chat-template {setting!r}: use auto, on or off")
+
+
+def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
+    """k solved examples drawn with a fixed seed from the tuning split (the same for every item)."""
+    if k > len(pool):
+        raise UserError(f"--shots {k} is more than the {len(pool)} tuning items")
+    return random.Random(seed).sample(pool, k)
+
+
+@dataclass
+class Prompter:
+    """Renders and tokenizes prompts and targets for one (model, task) pair."""
+
+    lm: object
+    task: Task
+    chat: bool
+    shots: list[Example]
+    budget: int = 1 << 30  # most prompt tokens the model's context leaves room for
+    truncated: set = field(default_factory=set)  # ids of items whose prompt was cut from the left
+
+    def text(self, example: Example, method: str) -> str:
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        parts = [self.task.instruction]
+        if method == "few-shot":
+            parts += [self.task.render(s) + self.task.target(s) for s in self.shots]
+        parts.append(self.task.render(example))
+        body = "\n\n".join(p for p in parts if p)
+        if self.chat:
+            return self.lm.tokenizer.apply_chat_template(
+                [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False)
+        return body
+
+    def ids(self, example: Example, method: str) -> list[int]:
+        ids = self.encode(self.text(example, method), special=not self.chat)
+        if len(ids) <= self.budget:
+            return ids
+        # Too long for the context: cut from the left (the question and answer prefix are at the
+        # end), keeping BOS in front, and count it so the results say how many were cut.
+        self.truncated.add(example.id)
+        bos = getattr(self.lm.tokenizer, "bos_token_id", None)
+        if bos is not None and ids[0] == bos:
+            return ids[:1] + ids[len(ids) - self.budget + 1:]
+        return ids[len(ids) - self.budget:]
+
+    def target_ids(self, example: Example) -> list[int]:
+        """The answer in the required format, then EOS: what the soft prompt is tuned to produce."""
+        text = self.task.target(example)
+        if self.chat:
+            text = text.lstrip()
+        ids = self.encode(text, special=False)
+        return ids + [self.lm.eos_ids[0]] if self.lm.eos_ids else ids
+
+    def encode(self, text: str, special: bool) -> list[int]:
+        return list(self.lm.tokenizer(text, add_special_tokens=special).input_ids)
+
+    def option_ids(self, example: Example) -> list[list[int]]:
+        conts = self.task.continuations(example)
+        if self.chat:
+            conts = [c.lstrip() for c in conts]
+        return [self.encode(c, special=False) for c in conts]

@@ -1,0 +1,132 @@
+"""Run folders: one per (model, task, method, seed), written atomically, never overwritten silently.
+
+A run is written into ``seed<k>.partial/`` and renamed to ``seed<k>/`` in one step when it is
+complete (see docs/run-format.md). An interrupted run leaves its partial folder (with the tuning
+checkpoint) for the next invocation to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from softeval.errors import UserError
+from softeval.models import slug
+
+# Options that change a run's numbers: a finished run with other values is a different run.
+IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", "shots", "tokens", "lr",
+                 "init", "chat_template", "soft_prompt", "dtype", "batch_size")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunFolder:
+    out: Path
+    final: Path
+
+    @classmethod
+    def at(cls, out: str | Path, model: str, task: str, method: str, seed: int) -> "RunFolder":
+        out = Path(out)
+        return cls(out, out / slug(model) / slug(task) / method / f"seed{seed}")
+
+    @property
+    def partial(self) -> Path:
+        return self.final.with_name(self.final.name + ".partial")
+
+    def finished_results(self) -> dict | None:
+        path = self.final / "results.json"
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return None
+
+    def check(self, config: dict, force: bool) -> bool:
+        """True when this run is already finished with the same config (skip it). A finished run
+        with another config is an error unless ``force`` (then it is removed)."""
+        done = self.finished_results()
+        if done is None:
+            if self.final.exists() and not force:
+                raise UserError(f"{self.final} exists but holds no valid results.json: remove it or pass --force")
+            if self.final.exists():
+                shutil.rmtree(self.final)
+            return False
+        if force:
+            shutil.rmtree(self.final)
+            return False
+        old = {k: done.get("config", {}).get(k) for k in IDENTITY_KEYS}
+        new = {k: config.get(k) for k in IDENTITY_KEYS}
+        if old != new:
+            diff = ", ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in IDENTITY_KEYS if old[k] != new[k])
+            raise UserError(f"a finished run with other settings is at {self.final} ({diff}). "
+                            "Pass --force to replace it, or --out to write elsewhere.")
+        return True
+
+    def start(self) -> Path:
+        self.partial.mkdir(parents=True, exist_ok=True)
+        return self.partial
+
+    def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
+        """Write the files into the partial folder, then rename it into place in one step."""
+        folder = self.start()
+        write_jsonl(folder / "samples.jsonl", samples)
+        if curve is not None:
+            write_jsonl(folder / "curve.jsonl", curve)
+        (folder / "tune_state.pt").unlink(missing_ok=True)
+        write_json(folder / "results.json", results)
+        os.replace(folder, self.final)
+        try:
+            from softeval import index
+        except ImportError:
+            return self.final
+        try:
+            index.record_run(self.out, self.final)
+        except Exception as err:  # the run folder is the truth; a stale index can be rebuilt
+            import sys
+
+            print(f"warning: could not add {self.final} to the runs index ({err}); "
+                  f"run `softeval runs {self.out} --rebuild`", file=sys.stderr)
+        return self.final
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    from softeval import __version__
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "softeval": __version__}
+
+
+def git_hash() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

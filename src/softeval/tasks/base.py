@@ -1,0 +1,154 @@
+"""The task spec: everything softeval needs to know about a benchmark, as plain data and functions.
+
+A task says where its items come from (``load``), how one item is shown to the model (``render``,
+ending in the answer prefix), how the answer must be written (``target``), and how an output is
+read back: ``strict`` returns the answer only when the required format was followed, ``lenient``
+returns whatever answer a reasonable reader would find, ``match`` compares an extracted answer with
+the gold answer. ``None`` from an extractor means "no answer found" (kept apart from a wrong answer).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LETTERS = string.ascii_uppercase
+
+
+@dataclass(frozen=True)
+class Example:
+    """One benchmark item. ``gold`` is the canonical answer (an option letter for multiple choice)."""
+
+    id: str
+    fields: Mapping[str, Any]
+    gold: str
+    aliases: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()  # option texts for multiple choice, lettered A, B, ...
+
+
+@dataclass
+class Splits:
+    """Tuning and scored items of a task from one source. The two never share an item."""
+
+    tune: list[Example]
+    eval: list[Example]
+    source: str
+    tune_name: str
+    eval_name: str
+    held_out: bool = False  # True when both come from one published split, divided by a seeded shuffle
+    seed: int | None = None
+    note: str = ""
+    skipped_rows: int = 0
+
+    def describe(self) -> dict:
+        return {
+            "source": self.source, "tune": self.tune_name, "eval": self.eval_name,
+            "n_tune": len(self.tune), "n_eval": len(self.eval), "held_out": self.held_out,
+            "seed": self.seed, "note": self.note, "skipped_rows": self.skipped_rows,
+        }
+
+
+@dataclass(frozen=True)
+class Task:
+    """A benchmark as a declarative spec (see the module docstring)."""
+
+    name: str
+    description: str
+    instruction: str
+    render: Callable[[Example], str]
+    target: Callable[[Example], str]
+    strict: Callable[[str, Example], str | None]
+    lenient: Callable[[str, Example], str | None]
+    match: Callable[[str | None, Example], bool]
+    load: Callable[..., Splits]
+    stop: tuple[str, ...] = ("\n",)
+    max_new_tokens: int = 8
+    multiple_choice: bool = False
+    sources: tuple[str, ...] = ("offline", "hub", "file")
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def continuations(self, example: Example) -> list[str]:
+        """Option continuations scored by log-likelihood (multiple choice only): ' A', ' B', ..."""
+        return [" " + LETTERS[i] for i in range(len(example.options))]
+
+
+# ---- multiple choice helpers ---------------------------------------------------------------
+
+def render_mc(question: str, options: Sequence[str], header: str = "") -> str:
+    """Question, lettered options, and the answer prefix the target continues."""
+    lines = [header] if header else []
+    lines.append(f"Question: {question.strip()}")
+    lines += [f"{LETTERS[i]}. {str(opt).strip()}" for i, opt in enumerate(options)]
+    lines.append("Answer:")
+    return "\n".join(lines)
+
+
+def strict_letter(output: str, example: Example) -> str | None:
+    """The option letter the output starts with ('B', 'B.', '(B)', 'B) 4'), else None."""
+    letters = LETTERS[: len(example.options)]
+    found = re.match(rf"\s*\(?([{letters}])(?:[).:,]|\s|$)", output)
+    if not found:
+        return None
+    rest = output.strip()[len(found.group(0).strip()):]
+    if found.group(1) == "A" and re.match(r"\s+[a-z]", rest) and not found.group(0).strip().endswith((".", ")", ":")):
+        return None  # "A good question" starts with the article, not the option
+    return found.group(1)
+
+
+def lenient_letter(output: str, example: Example) -> str | None:
+    """Where a reader would find the answer: strict form, 'answer is (X)', one option's text, or
+    the first standalone option letter (not the article 'A')."""
+    letters = LETTERS[: len(example.options)]
+    strict = strict_letter(output, example)
+    if strict:
+        return strict
+    said = re.search(rf"answer(?:\s+is)?\s*[:=]?\s*\(?([{letters}])\b", output, re.IGNORECASE)
+    if said and said.group(1).isupper():
+        return said.group(1)
+    text = output.lower()
+    hits = [i for i, opt in enumerate(example.options) if str(opt).strip() and _contains(text, str(opt).lower())]
+    if len(hits) == 1:
+        return letters[hits[0]]
+    for found in re.finditer(rf"(?<![A-Za-z0-9])\(?([{letters}])\)?(?![A-Za-z0-9])", output):
+        after = output[found.end():]
+        if found.group(1) == "A" and re.match(r"\s+[a-z]", after) and not found.group(0).startswith("("):
+            continue
+        return found.group(1)
+    return None
+
+
+def _contains(text: str, phrase: str) -> bool:
+    phrase = phrase.strip()
+    return bool(re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text))
+
+
+def match_exact(answer: str | None, example: Example) -> bool:
+    return answer is not None and answer == example.gold
+
+
+# ---- numeric answers ------------------------------------------------------------------------
+
+NUMBER = r"-?\$?\d[\d,]*(?:\.\d+)?|-?\.\d+"
+
+
+def normalize_number(text: str) -> str | None:
+    """'1,234' -> '1234', '$5.00' -> '5', '-3.50' -> '-3.5'; None when it is no number."""
+    cleaned = text.strip().replace(",", "").replace("$", "").rstrip(".")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    if value == int(value):
+        return str(int(value))
+    return repr(value)
+
+
+def match_number(answer: str | None, example: Example) -> bool:
+    if answer is None:
+        return False
+    return normalize_number(answer) == normalize_number(example.gold)

