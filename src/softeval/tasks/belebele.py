@@ -1,0 +1,90 @@
+"""Belebele: multilingual reading comprehension (FLORES passages), 4 options, 900 questions per
+language. English (``eng_Latn``) by default; any of its 122 language variants by name.
+
+Format: the output starts with the option letter; plus ``loglik_accuracy``. Belebele is in no
+package, so there is no offline copy: ``--source hub`` (English), ``--source hub:fra_Latn`` (any
+config name of ``facebook/belebele``), or ``--source path/to/eng_Latn.jsonl`` (a file in the
+dataset's own schema). Belebele has only one split per language, so tuning uses a seeded held-out
+part (300) and the rest (600) is scored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import convert_rows, read_hub, read_local, require_fields
+from softeval.errors import UserError
+from softeval.tasks.base import (Example, Splits, Task, held_out_splits, lenient_letter, letter_gold, match_exact,
+                                 render_mc, strict_letter)
+
+HUB = "facebook/belebele"
+DEFAULT_LANGUAGE = "eng_Latn"
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 300  # 900 = 300 tuning + 600 scored
+FIELDS = ("flores_passage", "question", "mc_answer1", "mc_answer2", "mc_answer3", "mc_answer4",
+          "correct_answer_num")
+NO_OFFLINE = ("Belebele is in no package, so it has no offline copy: use --source hub (English), "
+              "--source hub:<language> (e.g. hub:fra_Latn), or --source path/to/file.jsonl")
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, FIELDS, where, index)
+    options = tuple(str(row[f"mc_answer{k}"]) for k in range(1, 5))
+    gold = letter_gold(row["correct_answer_num"], len(options), where, index, one_based=True)
+    ident = f"{row.get('dialect', '')}/{row.get('link', '')}#{row.get('question_number', '')}" \
+        if row.get("link") else ident
+    return Example(id=ident, fields={"passage": str(row["flores_passage"]), "question": str(row["question"])},
+                   gold=gold, options=options)
+
+
+def render(example: Example) -> str:
+    return render_mc(example.fields["question"], example.options,
+                     header=f"Passage: {example.fields['passage'].strip()}")
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def language(source: str) -> str | None:
+    """'hub' -> eng_Latn, 'hub:fra_Latn' -> fra_Latn; None for a file path."""
+    if source == "hub":
+        return DEFAULT_LANGUAGE
+    if source.startswith("hub:"):
+        lang = source[4:].strip()
+        if not re.fullmatch(r"[a-z]{3}_[A-Z][a-z]{3}", lang):
+            raise UserError(f"--source {source}: a Belebele language is written like eng_Latn or fra_Latn")
+        return lang
+    return None
+
+
+def load(source: str = "hub", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        raise UserError(NO_OFFLINE)
+    lang = language(source)
+    if lang is not None:
+        where = f"{HUB}/{lang}:test"
+        rows, origin = read_hub(HUB, lang, "test"), f"hub ({HUB}, {lang})"
+    else:
+        where, rows, origin = source, read_local(source), f"file ({source})"
+    examples, skipped = convert_rows(rows, lambda r, i: to_example(r, f"{Path(where).name}/{i}", where, i), where,
+                                     skip_bad_rows)
+    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, origin, "test", skipped)
+
+
+TASK = Task(
+    name="belebele",
+    description="Belebele multilingual reading comprehension, 4 options (eng_Latn default; --source hub:<lang>)",
+    instruction="Read the passage and answer the multiple choice question with the letter of the correct option.",
+    render=render,
+    target=target,
+    strict=strict_letter,
+    lenient=lenient_letter,
+    match=match_exact,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=8,
+    multiple_choice=True,
+    sources=("hub", "file"),
+)

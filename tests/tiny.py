@@ -1,0 +1,79 @@
+"""Tiny random models and a character-level tokenizer, built inside the tests (no hub, no files)."""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from softeval.models import BASE, LoadedModel
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def tiny_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
+    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    if bos:
+        core.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>", unk_token="<unk>")
+
+
+def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2, hidden: int = 32, init_range: float = 0.3) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, initializer_range=init_range, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def tiny_lm(seed: int = 0, kind: str = BASE, bos: bool = True, **kw) -> LoadedModel:
+    tok = tiny_tokenizer(bos=bos)
+    model = tiny_model(len(tok), seed=seed, **kw)
+    lm = LoadedModel(model, tok, f"tiny-{seed}", kind, "test", pad_id=0, eos_ids=(2,))
+    lm.load_seconds = 0.0
+    return lm
+
+
+def format_task(n_tune: int = 64, n_eval: int = 24, name: str = "toyformat"):
+    """A synthetic format task: the answer must be written as '#<letter>' (the word's first letter).
+
+    A random tiny model almost never starts with '#', so format_rate measures whether tuning taught
+    the format."""
+    import random
+    import re
+
+    from softeval.tasks.base import Example, Splits, Task
+
+    rng = random.Random(0)
+
+    def make(i, split):
+        word = "".join(rng.choice("abcdefgh") for _ in range(3))
+        return Example(id=f"{split}/{i}", fields={"word": word}, gold=word[0])
+
+    tune = [make(i, "tune") for i in range(n_tune)]
+    test = [make(i, "test") for i in range(n_eval)]
+
+    def strict(out, ex):
+        found = re.match(r"\s*#([a-z])", out)
+        return found.group(1) if found else None
+
+    def lenient(out, ex):
+        found = re.search(r"#?([a-z])", out)
+        return found.group(1) if found else None
+
+    return Task(
+        name=name, description="toy format task", instruction="Write # and the first letter.",
+        render=lambda ex: f"Word: {ex.fields['word']}\nAnswer:", target=lambda ex: "#" + ex.gold,
+        strict=strict, lenient=lenient, match=lambda a, ex: a == ex.gold,
+        load=lambda source="offline", **kw: Splits(list(tune), list(test), "synthetic", "tune", "test"),
+        stop=("\n",), max_new_tokens=4)
