@@ -18,8 +18,8 @@ from softeval.errors import UserError
 LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet", ".arrow")
 
 
-def read_arrow(path: Path) -> list[dict]:
-    """A ``save_to_disk`` shard (Arrow IPC stream) or an Arrow file."""
+def read_arrow(path: Path, columns: Sequence[str] | None = None) -> list[dict]:
+    """A ``save_to_disk`` shard (Arrow IPC stream) or an Arrow file (only ``columns``, when given)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -28,6 +28,8 @@ def read_arrow(path: Path) -> list[dict]:
         table = ipc.open_stream(source).read_all()
     except pa.ArrowInvalid:
         table = ipc.open_file(pa.memory_map(str(path))).read_all()
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
     return table.to_pylist()
 
 

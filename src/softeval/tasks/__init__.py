@@ -1,18 +1,30 @@
-"""Registry of built-in tasks; ``get_task`` also accepts a path to a user task file."""
+"""Registry of built-in tasks; ``get_task`` also accepts a path to a user task file (.yaml/.yml/.json)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from softeval.errors import UserError
-from softeval.tasks import gsm8k, mmlu
+from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
 
-TASKS: dict[str, Task] = {t.name: t for t in (mmlu.TASK, gsm8k.TASK)}
+TASKS: dict[str, Task] = {t.name: t for t in (
+    mmlu.TASK, gsm8k.TASK, math500.TASK, triviaqa.TASK, squad.TASK, arc.ARC_CHALLENGE, arc.ARC_EASY,
+    hellaswag.TASK, belebele.TASK, boolq.TASK,
+)}
 
 
 def get_task(name: str) -> Task:
     if name in TASKS:
         return TASKS[name]
-    raise UserError(f"unknown task {name!r}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists them)")
+    from softeval.tasks.custom import is_task_file, load_task_file
+
+    if is_task_file(name):
+        if not Path(name).is_file():
+            raise UserError(f"task file not found: {name}")
+        return load_task_file(name)
+    raise UserError(f"unknown task {name!r}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
+                    "them), or give a task file (.yaml/.yml/.json, see docs/tasks.md)")
 
 
 __all__ = ["TASKS", "Example", "Splits", "Task", "get_task"]

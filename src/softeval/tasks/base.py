@@ -13,6 +13,7 @@ import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from softeval.errors import UserError
@@ -164,18 +165,18 @@ HELD_OUT_NOTE = ("tuned on a seeded held-out part of {split}, scored on the rest
 
 def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source: str, split: str,
                     skipped: int = 0, note: str = "") -> Splits:
-    """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored.
-
-    ``n_tune`` is capped at a third of the items (small local files) so that most items are scored.
-    """
+    """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored."""
     from softeval.data import held_out_split
 
-    if len(examples) < 3 * n_tune:
-        n_tune = max(1, len(examples) // 3)
     tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], source,
                   f"held-out part of {split} ({len(tune_idx)})", f"rest of {split} ({len(eval_idx)})",
                   held_out=True, seed=seed, note=note or HELD_OUT_NOTE.format(split=split), skipped_rows=skipped)
+
+
+def file_n_tune(n: int) -> int:
+    """Tuning items held out of a local file of ``n`` rows: a third, at most 1,000 (as MMLU's and GSM8K's)."""
+    return max(1, min(n // 3, 1000))
 
 
 def letter_gold(answer: Any, n_options: int, where: str, index: int, one_based: bool = False) -> str:
@@ -192,3 +193,32 @@ def letter_gold(answer: Any, n_options: int, where: str, index: int, one_based: 
     if n_options < 2 or not 0 <= position < n_options:
         raise UserError(f"{where}: row {index} has answer {answer!r} outside its {n_options} options")
     return letters[position]
+
+
+RowConverter = Callable[[dict, str, str, int], Example]  # (row, id, where, index) -> Example
+
+
+def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: bool = False,
+                n_tune: int | None = None) -> Splits:
+    """A local data file: every row converted (bad rows: error or counted skip), then held out."""
+    from softeval.data import convert_rows, read_local
+
+    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+                                     path, skip_bad_rows)
+    n = file_n_tune(len(examples)) if n_tune is None else min(n_tune, file_n_tune(len(examples)))
+    return held_out_splits(examples, n, seed, f"file ({path})", "file", skipped)
+
+
+def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: str, to_example: RowConverter,
+               skip_bad_rows: bool = False) -> Splits:
+    """A hub dataset with a real tuning split (train) and a scored split."""
+    from softeval.data import convert_rows, read_hub
+
+    out, skipped = {}, 0
+    for split in (tune_split, eval_split):
+        where = f"{dataset}{'/' + config if config else ''}:{split}"
+        out[split], bad = convert_rows(read_hub(dataset, config, split),
+                                       lambda r, i, s=split, w=where: to_example(r, f"{s}/{i}", w, i), where,
+                                       skip_bad_rows)
+        skipped += bad
+    return Splits(out[tune_split], out[eval_split], f"hub ({dataset})", tune_split, eval_split, skipped_rows=skipped)

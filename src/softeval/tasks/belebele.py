@@ -11,12 +11,22 @@ part (300) and the rest (600) is scored.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from softeval.data import convert_rows, read_hub, read_local, require_fields
+from softeval.data import convert_rows, read_hub, require_fields
 from softeval.errors import UserError
-from softeval.tasks.base import (Example, Splits, Task, held_out_splits, lenient_letter, letter_gold, match_exact,
-                                 render_mc, strict_letter)
+from softeval.tasks.base import (
+    Example,
+    Splits,
+    Task,
+    file_n_tune,
+    file_splits,
+    held_out_splits,
+    lenient_letter,
+    letter_gold,
+    match_exact,
+    render_mc,
+    strict_letter,
+)
 
 HUB = "facebook/belebele"
 DEFAULT_LANGUAGE = "eng_Latn"
@@ -63,14 +73,14 @@ def load(source: str = "hub", skip_bad_rows: bool = False, **options) -> Splits:
     if source == "offline":
         raise UserError(NO_OFFLINE)
     lang = language(source)
-    if lang is not None:
-        where = f"{HUB}/{lang}:test"
-        rows, origin = read_hub(HUB, lang, "test"), f"hub ({HUB}, {lang})"
-    else:
-        where, rows, origin = source, read_local(source), f"file ({source})"
-    examples, skipped = convert_rows(rows, lambda r, i: to_example(r, f"{Path(where).name}/{i}", where, i), where,
-                                     skip_bad_rows)
-    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, origin, "test", skipped)
+    if lang is None:
+        return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows, n_tune=HELD_OUT_TUNE)
+    where = f"{HUB}/{lang}:test"
+    examples, skipped = convert_rows(read_hub(HUB, lang, "test"), lambda r, i: to_example(r, f"{lang}/{i}", where, i),
+                                     where, skip_bad_rows)
+    origin = f"hub ({HUB}, {lang})"
+    return held_out_splits(examples, min(HELD_OUT_TUNE, file_n_tune(len(examples))), HELD_OUT_SEED, origin, "test",
+                           skipped)
 
 
 TASK = Task(

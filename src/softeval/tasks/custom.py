@@ -1,0 +1,251 @@
+"""User-defined tasks from a YAML or JSON file, without code (schema: docs/tasks.md).
+
+The file is read with ``yaml.safe_load`` (JSON is YAML), templates are rendered by a sandboxed Jinja
+environment with ``StrictUndefined`` (no attribute tricks, no code, a missing variable is an error),
+and regexes are compiled once. Every row is checked when the task loads: a missing field, an answer
+outside the options or a template that cannot be filled is an error naming the file and the row (or,
+with ``--skip-bad-rows``, a counted skip).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from softeval.data import convert_rows, read_local, require_fields
+from softeval.errors import UserError
+from softeval.tasks.base import (
+    LETTERS,
+    Example,
+    Splits,
+    Task,
+    lenient_letter,
+    letter_gold,
+    match_number,
+    normalize_number,
+    strict_letter,
+)
+from softeval.tasks.gsm8k import lenient as lenient_last_number
+from softeval.tasks.qa import f1_max, lenient_contains, match_any
+
+SUFFIXES = (".yaml", ".yml", ".json")
+MATCHERS = ("exact", "numeric", "f1")
+KEYS = {"name", "description", "data", "tune_data", "split", "fields", "answer_field", "aliases_field",
+        "options_field", "id_field", "instruction", "prompt", "target", "answer_regex", "lenient_regex", "matcher",
+        "stop", "max_new_tokens"}
+REQUIRED = ("data", "prompt", "answer_field")
+DEFAULT_SEED = 1234
+_ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def is_task_file(name: str) -> bool:
+    return name.lower().endswith(SUFFIXES)
+
+
+def _fail(path: Path, problem: str) -> UserError:
+    return UserError(f"task file {path}: {problem}")
+
+
+def _read_spec(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"task file not found: {path}")
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise _fail(path, f"not valid YAML/JSON ({err})") from None
+    if not isinstance(spec, dict):
+        raise _fail(path, "must be a mapping of settings (see docs/tasks.md)")
+    unknown = sorted(set(spec) - KEYS)
+    if unknown:
+        raise _fail(path, f"unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(KEYS))}")
+    missing = [k for k in REQUIRED if not spec.get(k)]
+    if missing:
+        raise _fail(path, f"lacks the required setting(s) {', '.join(missing)}")
+    return spec
+
+
+def _template(path: Path, spec: dict, key: str, default: str | None = None):
+    text = spec.get(key, default)
+    if not isinstance(text, str):
+        raise _fail(path, f"{key} must be a string template")
+    try:
+        return _ENV.from_string(text)
+    except TemplateError as err:
+        raise _fail(path, f"{key} is not a valid template ({err})") from None
+
+
+def _regex(path: Path, spec: dict, key: str) -> re.Pattern | None:
+    text = spec.get(key)
+    if text is None:
+        return None
+    try:
+        return re.compile(str(text), re.MULTILINE)
+    except re.error as err:
+        raise _fail(path, f"{key} is not a valid regular expression ({err})") from None
+
+
+def _extract(pattern: re.Pattern, output: str, example: Example) -> str | None:
+    """First match of ``pattern`` in the output: its first group (or the whole match), stripped."""
+    found = pattern.search(output)
+    if not found:
+        return None
+    value = next((g for g in found.groups() if g is not None), None) if found.groups() else found.group(0)
+    value = (value or "").strip()
+    return value or None
+
+
+def _variables(example: Example) -> dict[str, Any]:
+    options = list(example.options)
+    return {**example.fields, "options": options, "letters": list(LETTERS[: len(options)]),
+            "options_block": "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options)),
+            "gold": example.gold, "aliases": list(example.aliases)}
+
+
+def load_task_file(path: str | Path) -> Task:
+    """Build a Task from a task file; every problem is a UserError naming the file."""
+    path = Path(path)
+    spec = _read_spec(path)
+    base = path.resolve().parent
+    matcher = spec.get("matcher", "exact")
+    if matcher not in MATCHERS:
+        raise _fail(path, f"matcher {matcher!r} is not one of {', '.join(MATCHERS)}")
+    prompt = _template(path, spec, "prompt")
+    target_t = _template(path, spec, "target", " {{ gold }}")
+    instruction = spec.get("instruction", "")
+    strict_re, lenient_re = _regex(path, spec, "answer_regex"), _regex(path, spec, "lenient_regex")
+    options_field = spec.get("options_field")
+    multiple_choice = options_field is not None
+    if matcher == "numeric" and multiple_choice:
+        raise _fail(path, "a multiple-choice task (options_field) is matched by letter: leave matcher as exact")
+    if not multiple_choice and strict_re is None:
+        raise _fail(path, "answer_regex is required (the strict answer format) unless options_field is set")
+    fields = spec.get("fields") or []
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise _fail(path, "fields must be a list of field names")
+    stop = spec.get("stop", ["\n"])
+    stop = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
+    try:
+        max_new_tokens = int(spec.get("max_new_tokens", 32))
+    except (TypeError, ValueError):
+        raise _fail(path, "max_new_tokens must be a whole number") from None
+
+    def to_example(row: dict, index: int, where: str) -> Example:
+        opt_fields = [options_field] if isinstance(options_field, str) else list(options_field or [])
+        require_fields(row, [*fields, spec["answer_field"], *opt_fields], where, index)
+        options: tuple[str, ...] = ()
+        if isinstance(options_field, str):
+            value = row[options_field]
+            if not isinstance(value, (list, tuple)):
+                raise UserError(f"{where}: row {index} field {options_field} is not a list of options")
+            options = tuple(str(v) for v in value)
+        elif opt_fields:
+            options = tuple(str(row[f]) for f in opt_fields)
+        answer = row[spec["answer_field"]]
+        if multiple_choice:
+            text, texts = str(answer).strip(), [o.strip() for o in options]
+            if len(text) == 1 and text in LETTERS[: len(options)]:
+                gold = text  # a letter
+            elif text in texts:
+                gold = LETTERS[texts.index(text)]  # an option's text
+            else:
+                gold = letter_gold(answer, len(options), where, index)  # a 0-based index, else an error
+        elif matcher == "numeric":
+            gold = normalize_number(str(answer)) or ""
+            if not gold:
+                raise UserError(f"{where}: row {index} has answer {answer!r}, which is not a number")
+        else:
+            gold = str(answer).strip()
+            if not gold:
+                raise UserError(f"{where}: row {index} has an empty answer")
+        aliases: tuple[str, ...] = ()
+        if spec.get("aliases_field") and row.get(spec["aliases_field"]) is not None:
+            raw = row[spec["aliases_field"]]
+            aliases = tuple(str(a) for a in ([raw] if isinstance(raw, str) else raw) if str(a).strip())
+        ident = str(row.get(spec["id_field"])) if spec.get("id_field") and row.get(spec["id_field"]) is not None \
+            else f"{Path(where).name}/{index}"
+        example = Example(id=ident, fields=dict(row), gold=gold, aliases=aliases, options=options)
+        for name, template in (("prompt", prompt), ("target", target_t)):
+            try:
+                template.render(_variables(example))
+            except TemplateError as err:
+                raise UserError(f"{where}: row {index}: the {name} template cannot be filled ({err})") from None
+        return example
+
+    def read(data: str, skip_bad_rows: bool, relative: bool = True) -> tuple[list[Example], int]:
+        file = (base / data) if relative and not Path(data).is_absolute() else Path(data)
+        return convert_rows(read_local(file), partial(_convert, to_example=to_example, where=str(file)), str(file),
+                            skip_bad_rows)
+
+    def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
+        if source == "hub":
+            raise UserError(f"task file {path}: a user-defined task reads its data file; --source hub does not apply")
+        data, relative = (spec["data"], True) if source == "offline" else (source, False)
+        examples, skipped = read(data, skip_bad_rows, relative)
+        origin = f"file ({data})"
+        if spec.get("tune_data"):
+            tune, bad = read(spec["tune_data"], skip_bad_rows)
+            return Splits(tune, examples, origin, f"tune file ({spec['tune_data']})", f"data file ({data})",
+                          skipped_rows=skipped + bad)
+        return _held_out(path, spec.get("split") or {}, examples, origin, skipped)
+
+    return Task(
+        name=str(spec.get("name") or path.stem),
+        description=str(spec.get("description") or f"user-defined task from {path}"),
+        instruction=str(instruction),
+        render=lambda e: prompt.render(_variables(e)),
+        target=lambda e: target_t.render(_variables(e)),
+        strict=partial(_extract, strict_re) if strict_re is not None else strict_letter,
+        lenient=_lenient(lenient_re, strict_re, matcher, multiple_choice),
+        match=match_number if matcher == "numeric" else match_any,
+        load=load,
+        stop=stop,
+        max_new_tokens=max_new_tokens,
+        multiple_choice=multiple_choice,
+        sources=("file",),
+        extra={"f1": f1_max, "task_file": str(path)} if matcher == "f1" else {"task_file": str(path)},
+    )
+
+
+def _convert(row: dict, index: int, *, to_example, where: str) -> Example:
+    return to_example(row, index, where)
+
+
+def _lenient(lenient_re, strict_re, matcher: str, multiple_choice: bool):
+    """The lenient regex when given, else a default reader for the kind of answer."""
+    if lenient_re is not None:
+        return partial(_extract, lenient_re)
+    if multiple_choice:
+        return lenient_letter
+    if matcher == "numeric":
+        return lenient_last_number
+    return lenient_contains
+
+
+def _held_out(path: Path, rule: Any, examples: list[Example], origin: str, skipped: int) -> Splits:
+    if not isinstance(rule, dict) or set(rule) - {"seed", "n_tune", "fraction"}:
+        raise _fail(path, "split must be a mapping with seed and n_tune or fraction")
+    seed = int(rule.get("seed", DEFAULT_SEED))
+    if "n_tune" in rule and "fraction" in rule:
+        raise _fail(path, "split: give n_tune or fraction, not both")
+    if "fraction" in rule:
+        fraction = float(rule["fraction"])
+        if not 0 < fraction < 1:
+            raise _fail(path, f"split.fraction must be between 0 and 1, not {fraction}")
+        n_tune = max(1, round(len(examples) * fraction))
+    else:
+        n_tune = int(rule.get("n_tune", min(1000, max(1, len(examples) // 3))))
+    if not 0 < n_tune < len(examples):
+        raise _fail(path, f"cannot hold out {n_tune} tuning items from {len(examples)} rows")
+    from softeval.data import held_out_split
+
+    tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
+    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], origin,
+                  f"held-out part of data ({len(tune_idx)})", f"rest of data ({len(eval_idx)})", held_out=True,
+                  seed=seed, note="tuned on a seeded held-out part of the data file, scored on the rest",
+                  skipped_rows=skipped)
