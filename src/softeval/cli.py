@@ -32,6 +32,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=C.device, help="auto, cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default=C.dtype, help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip data rows that lack a field or whose answer is outside its options, and count them "
+                        "in results.json (default: stop with an error naming the file and row)")
 
 
 def _add_tuning(p: argparse.ArgumentParser) -> None:
@@ -150,24 +153,42 @@ def print_table(results: list[dict]) -> None:
 
 
 def cmd_tasks(args) -> int:
+    """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (Belebele is
+    in no package; an asset package missing) is still listed, with null sizes and a note saying why."""
     from softeval.tasks import TASKS
 
     rows = []
     for task in TASKS.values():
-        splits = task.load(args.source)
-        rows.append({"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
-                     "sources": list(task.sources), **{("source" if k == "source" else k): v
-                                                       for k, v in splits.describe().items()},
-                     "tune_split": splits.tune_name, "eval_split": splits.eval_name})
+        row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
+               "sources": list(task.sources), "source": args.source, "tune_split": None, "eval_split": None,
+               "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0}
+        source_kind = args.source if args.source in ("offline", "hub") else "file"
+        if source_kind not in task.sources:
+            row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
+                           + (" (e.g. hub:fra_Latn)" if task.name == "belebele" else ""))
+        else:
+            try:
+                splits = task.load(args.source)
+            except UserError as err:
+                row["note"] = f"could not load: {err}"
+            else:
+                row.update(splits.describe())
+                row.update(tune_split=splits.tune_name, eval_split=splits.eval_name)
+        rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title=f"tasks (source: {args.source})")
-    for col in ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out"):
+    columns = ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")
+    for col in columns:
         table.add_column(col)
     for r in rows:
-        table.add_row(*(str(r[c]) for c in ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")))
-    Console().print(table)
+        table.add_row(*("-" if r[c] is None else str(r[c]) for c in columns))
+    console = Console()
+    console.print(table)
+    for r in rows:
+        if r["n_eval"] is None:
+            console.print(f"{r['name']}: {r['note']}", highlight=False, markup=False)
     return 0
 
 

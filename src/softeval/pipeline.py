@@ -52,6 +52,7 @@ class RunConfig:
     kind: str | None = None
     soft_prompt: str | None = None  # score with a saved soft prompt instead of tuning
     force: bool = False
+    skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
 
     def identity(self, method: str) -> dict:
         data = asdict(self)
@@ -80,7 +81,7 @@ class Job:
             if method not in METHODS:
                 raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
         self.task = get_task(cfg.task)
-        self.splits = self.task.load(cfg.source)
+        self.splits = self.task.load(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
             raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
                             f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")
