@@ -3,6 +3,19 @@
 Every entry point takes token-id sequences (already templated) and an optional soft prompt and goes
 through ``build_inputs``, so zero-shot, few-shot and soft-prompt share one path. Batches are
 grouped by length (fewer pads) and results come back in the caller's order.
+
+Speed paths (each checked against the plain path in tests/test_engine_speed_paths.py):
+
+- shared prefix: the token prefix every sequence of a call shares (a chat template's fixed head,
+  the instruction, the few-shot block), with the soft prompt in front of it, is run through the
+  model once; its KV cache is expanded to every batch. The per-item suffixes follow it with their
+  pads *between* prefix and suffix (attention mask 0, position ids counted from the mask), so every
+  real token sees exactly the context and positions it has in the plain left-padded layout
+  ``[pads][soft][prefix][suffix]``.
+- generation drops finished rows from the batch and the KV cache and checks stop strings on the
+  decoded tail of each row only (one full decode per row at the end).
+- ``batch_size=0`` (or ``"auto"``) picks a batch size that fits the free memory (CPU or CUDA),
+  never above ``max_batch_size``.
 """
 
 from __future__ import annotations
@@ -15,6 +28,9 @@ import torch
 from softeval.softprompt import build_inputs
 
 Progress = Callable[[int], None] | None
+
+MIN_PREFIX = 8  # shared prefix (soft prompt + tokens) shorter than this is not worth a cache
+DEFAULT_MAX_BATCH = 64
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -36,13 +52,174 @@ def forward_last(lm, inputs: dict, keep: int, **kwargs):
     return out.logits[:, -keep:], out
 
 
+# ---- automatic batch size -----------------------------------------------------------------------
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover - psutil is a dependency of accelerate
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def bytes_per_row(lm, seq_len: int, *, keep: int = 1, new_tokens: int = 0, training: bool = False) -> int:
+    """Rough upper estimate of the memory one batch row needs: KV cache, the widest activations
+    (MLP and attention scores) and the vocabulary logits; tuning keeps every layer's activations."""
+    cfg = getattr(lm.model.config, "text_config", lm.model.config)
+    hidden = int(getattr(cfg, "hidden_size", 1024))
+    layers = int(getattr(cfg, "num_hidden_layers", 24))
+    heads = int(getattr(cfg, "num_attention_heads", 16))
+    kv_heads = int(getattr(cfg, "num_key_value_heads", heads) or heads)
+    head_dim = int(getattr(cfg, "head_dim", 0) or hidden // heads)
+    inter = int(getattr(cfg, "intermediate_size", 4 * hidden))
+    vocab = int(getattr(cfg, "vocab_size", 32000))
+    width = lm.model.get_input_embeddings().weight.element_size()
+    total = seq_len + new_tokens
+    kv = 2 * layers * kv_heads * head_dim * total * width
+    act = (4 * hidden + 3 * inter) * total * width + heads * total * total * width
+    if training:
+        act *= layers
+    logits = 3 * keep * vocab * 4  # logits, float copy, log_softmax
+    return int(kv + act + logits)
+
+
+def auto_batch_size(lm, seq_len: int, *, max_batch_size: int = DEFAULT_MAX_BATCH, keep: int = 1,
+                    new_tokens: int = 0, training: bool = False, fraction: float = 0.5) -> int:
+    """Largest batch (1..max_batch_size) whose estimated memory fits ``fraction`` of the free memory
+    of the model's device (CUDA: ``mem_get_info``; CPU: available RAM)."""
+    per_row = max(1, bytes_per_row(lm, seq_len, keep=keep, new_tokens=new_tokens, training=training))
+    fits = int(_free_bytes(lm.device) * fraction) // per_row
+    return max(1, min(int(max_batch_size), fits))
+
+
+def _resolve_batch_size(lm, batch_size, seq_len: int, max_batch_size: int | None, **kw) -> int:
+    bound = int(max_batch_size or DEFAULT_MAX_BATCH)
+    if batch_size in (0, None, "auto"):
+        return auto_batch_size(lm, seq_len, max_batch_size=bound, **kw)
+    return max(1, min(int(batch_size), bound) if max_batch_size else int(batch_size))
+
+
+# ---- shared prefix ------------------------------------------------------------------------------
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix all sequences share."""
+    if not seqs:
+        return 0
+    first, n = seqs[0], min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s[k] == first[k]:
+            k += 1
+        n = k
+        if n == 0:
+            break
+    return n
+
+
+def _cache_is_plain(model, cache) -> bool:
+    """Only plain (full attention) dynamic caches can be expanded and shared safely."""
+    cfg = getattr(model.config, "text_config", model.config)
+    if getattr(cfg, "sliding_window", None) or any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ()):
+        return False
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+    return hasattr(cache, "key_cache")
+
+
+class SharedPrefix:
+    """KV cache of ``[soft prompt][prefix tokens]``, computed once, batch 1."""
+
+    def __init__(self, lm, ids: Sequence[int], soft: torch.Tensor | None):
+        self.ids = list(ids)
+        self.n_soft = 0 if soft is None else soft.shape[0]
+        self.length = self.n_soft + len(self.ids)
+        _, out = forward_last(lm, build_inputs(lm, [self.ids], soft), 1, use_cache=True)
+        cache = out.past_key_values
+        self.usable = _cache_is_plain(lm.model, cache)
+        if hasattr(cache, "layers"):
+            self.kv = [(layer.keys, layer.values) for layer in cache.layers]
+        elif hasattr(cache, "key_cache"):
+            self.kv = list(zip(cache.key_cache, cache.value_cache))
+        else:  # legacy tuple
+            self.kv = [tuple(layer[:2]) for layer in cache]
+
+    def expanded(self, batch: int):
+        from transformers import DynamicCache
+
+        legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
+        return DynamicCache.from_legacy_cache(legacy)
+
+
+def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
+                reserve: Sequence[int] | None = None) -> SharedPrefix | None:
+    """The shared prefix to cache for ``seqs``, or None when it would not pay (or cannot be used).
+
+    Every sequence keeps at least one token (``reserve[i]`` tokens if given) after the prefix."""
+    if use is False or not seqs:
+        return None
+    n = common_prefix_len(seqs)
+    room = min(len(s) - (reserve[i] if reserve else 1) for i, s in enumerate(seqs))
+    n = max(0, min(n, room))
+    n_soft = 0 if soft is None else soft.shape[0]
+    if n + n_soft < (1 if use else MIN_PREFIX) or (n == 0 and n_soft == 0):
+        return None
+    prefix = SharedPrefix(lm, seqs[0][:n], soft)
+    return prefix if prefix.usable else None
+
+
+def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -> dict:
+    """Inputs for the per-item parts after a cached prefix: ``[prefix][pads][suffix]``.
+
+    The attention mask covers prefix and suffix columns (pads 0); position ids count attended
+    tokens, so each suffix continues at ``prefix.length`` exactly as it would without pads."""
+    embed = lm.model.get_input_embeddings()
+    device = embed.weight.device
+    width = max(len(s) for s in suffixes)
+    ids = torch.full((len(suffixes), width), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(suffixes), prefix.length + width), dtype=torch.long)
+    mask[:, :prefix.length] = 1
+    for row, seq in enumerate(suffixes):
+        ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, prefix.length + width - len(seq):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix.length:]
+    return {"inputs_embeds": embed(ids), "attention_mask": mask, "position_ids": positions,
+            "past_key_values": prefix.expanded(len(suffixes))}
+
+
+def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
+    if prefix is None:
+        return build_inputs(lm, list(seqs), soft)
+    n = len(prefix.ids)
+    return suffix_inputs(lm, prefix, [s[n:] for s in seqs])
+
+
+# ---- generation ---------------------------------------------------------------------------------
+
 @torch.no_grad()
 def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
-             stop: Sequence[str] = (), batch_size: int = 8, progress: Progress = None) -> list[str]:
-    """Greedy continuation of each sequence, cut at the first stop string or EOS."""
+             stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
+             prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[str]:
+    """Greedy continuation of each sequence, cut at the first stop string or EOS.
+
+    ``prefix_cache``: None (default) caches the shared prefix when it is at least ``MIN_PREFIX``
+    long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
+    ``max_batch_size``."""
     outputs: list[str] = [""] * len(seqs)
-    for batch in length_batches([len(s) for s in seqs], batch_size):
-        texts = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop)
+    if not seqs:
+        return outputs
+    prefix = plan_prefix(lm, seqs, soft, prefix_cache)
+    size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + (0 if soft is None else soft.shape[0]),
+                               max_batch_size, new_tokens=max_new_tokens)
+    for batch in length_batches([len(s) for s in seqs], size):
+        texts = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix)
         for i, text in zip(batch, texts):
             outputs[i] = text
         if progress:
@@ -50,32 +227,41 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     return outputs
 
 
-def _generate_batch(lm, seqs, soft, max_new_tokens, stop) -> list[str]:
-    inputs = build_inputs(lm, list(seqs), soft)
+def _stop_window(lm, stop: Sequence[str]) -> int:
+    """How many trailing tokens to decode to see any stop string appear (each token decodes to at
+    least one character, plus a margin for tokenizers that strip a leading space on decode)."""
+    return max((len(s) for s in stop), default=0) + 4
+
+
+def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None) -> list[str]:
+    inputs = _batch_inputs(lm, seqs, soft, prefix)
+    cache = inputs.pop("past_key_values", None)
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
-    eos = torch.tensor(lm.eos_ids or [-1], device=mask.device)
+    device = mask.device
+    eos = set(lm.eos_ids or ())
+    window = _stop_window(lm, stop)
+    decode = lm.tokenizer.decode
     tokens: list[list[int]] = [[] for _ in seqs]
-    texts = [""] * len(seqs)
     live = list(range(len(seqs)))  # rows still generating, in cache order
-    logits, out = forward_last(lm, inputs, 1, use_cache=True)
+    logits, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
     cache = out.past_key_values
     next_pos = positions[:, -1:] + 1
     for _ in range(max_new_tokens):
         chosen = logits[:, -1].argmax(-1)
         keep = []
-        for slot, row in enumerate(live):
-            token = int(chosen[slot])
-            if bool((eos == token).any()):
+        for slot, (row, token) in enumerate(zip(live, chosen.tolist())):
+            if token in eos:
                 continue
             tokens[row].append(token)
-            texts[row] = lm.tokenizer.decode(tokens[row], skip_special_tokens=False)
-            if any(s in texts[row] for s in stop):
-                continue
+            if stop:
+                tail = decode(tokens[row][-window:], skip_special_tokens=False)
+                if any(s in tail for s in stop):
+                    continue
             keep.append(slot)
         if not keep or len(tokens[live[keep[0]]]) >= max_new_tokens:
             break
         if len(keep) < len(live):  # drop finished rows from the batch and the cache
-            index = torch.tensor(keep, device=mask.device)
+            index = torch.tensor(keep, device=device)
             cache.batch_select_indices(index)
             mask, next_pos, chosen = mask[index], next_pos[index], chosen[index]
             live = [live[k] for k in keep]
@@ -85,7 +271,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop) -> list[str]:
             past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         next_pos = next_pos + 1
-    return [cut_at_stop(t, stop) for t in texts]
+    return [cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens]
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -97,20 +283,28 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+# ---- log-likelihood -----------------------------------------------------------------------------
+
 @torch.no_grad()
 def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
-                    soft: torch.Tensor | None = None, batch_size: int = 8, progress: Progress = None
-                    ) -> list[list[float]]:
+                    soft: torch.Tensor | None = None, batch_size: int | str = 8, progress: Progress = None,
+                    prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[list[float]]:
     """Summed log-probability of each option continuation after its context.
 
     Single-token options (MMLU letters) need one forward pass per item; longer options are scored
-    as context+option sequences.
+    as context+option sequences. The prefix shared by all contexts is computed once (see
+    ``generate`` for ``prefix_cache`` and ``batch_size``).
     """
     scores: list[list[float]] = [[] for _ in contexts]
+    if not contexts:
+        return scores
     single = all(len(o) == 1 for opts in options for o in opts)
+    n_soft = 0 if soft is None else soft.shape[0]
     if single:
-        for batch in length_batches([len(c) for c in contexts], batch_size):
-            logits, _ = forward_last(lm, build_inputs(lm, [contexts[i] for i in batch], soft), 1)
+        prefix = plan_prefix(lm, contexts, soft, prefix_cache)
+        size = _resolve_batch_size(lm, batch_size, max(len(c) for c in contexts) + n_soft, max_batch_size)
+        for batch in length_batches([len(c) for c in contexts], size):
+            logits, _ = forward_last(lm, _batch_inputs(lm, [contexts[i] for i in batch], soft, prefix), 1)
             logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
             for slot, i in enumerate(batch):
                 scores[i] = [float(logp[slot, o[0]]) for o in options[i]]
@@ -121,9 +315,13 @@ def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequenc
     for i in range(len(contexts)):
         scores[i] = [0.0] * len(options[i])
     seqs = [contexts[i] + list(options[i][j]) for i, j in pairs]
-    for batch in length_batches([len(s) for s in seqs], batch_size):
-        conts = [list(options[pairs[k][0]][pairs[k][1]]) for k in batch]
-        values = continuation_logprobs(lm, [seqs[k] for k in batch], conts, soft)
+    conts_all = [list(options[i][j]) for i, j in pairs]
+    prefix = plan_prefix(lm, seqs, soft, prefix_cache, reserve=[len(c) + 1 for c in conts_all])
+    keep_max = max(len(c) for c in conts_all) + 1
+    size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size, keep=keep_max)
+    for batch in length_batches([len(s) for s in seqs], size):
+        values = continuation_logprobs(lm, [seqs[k] for k in batch], [conts_all[k] for k in batch], soft,
+                                       prefix=prefix)
         for k, value in zip(batch, values):
             i, j = pairs[k]
             scores[i][j] = float(value.sum())
@@ -133,13 +331,14 @@ def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequenc
 
 
 def continuation_logprobs(lm, seqs: Sequence[list[int]], conts: Sequence[list[int]],
-                          soft: torch.Tensor | None) -> list[torch.Tensor]:
+                          soft: torch.Tensor | None, prefix: SharedPrefix | None = None) -> list[torch.Tensor]:
     """Per-token log-probabilities of each sequence's last ``len(cont)`` tokens (the continuation).
 
     Left padding aligns every sequence's end, so the head runs only on the last max(len)+1 positions.
+    With a ``prefix`` every sequence must keep more than ``len(cont)`` tokens after it.
     """
     keep = max(len(c) for c in conts) + 1
-    logits, _ = forward_last(lm, build_inputs(lm, list(seqs), soft), keep)
+    logits, _ = forward_last(lm, _batch_inputs(lm, seqs, soft, prefix), keep)
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # position t predicts token t+1
     result = []
     for row, cont in enumerate(conts):
@@ -147,6 +346,8 @@ def continuation_logprobs(lm, seqs: Sequence[list[int]], conts: Sequence[list[in
         result.append(span.gather(-1, torch.tensor(cont, device=span.device)[:, None]).squeeze(-1))
     return result
 
+
+# ---- tuning ------------------------------------------------------------------------------------
 
 def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
@@ -161,3 +362,27 @@ def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], 
         total = total - span.gather(-1, torch.tensor(tgt, device=span.device)[:, None]).sum()
         count += len(tgt)
     return total / count
+
+
+def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,
+                   seed: int = 0) -> list[list[int]]:
+    """Regroup a seeded batch plan by length, ``window`` consecutive steps at a time.
+
+    The items of each window (the same items, drawn by the same seeded shuffle) are sorted by
+    length and cut into batches of the original sizes, so each batch pads less; the batches of a
+    window are then put in a seeded order. Deterministic for a given plan, lengths and seed."""
+    import random
+
+    if window <= 1:
+        return [list(b) for b in plan]
+    out: list[list[int]] = []
+    for start in range(0, len(plan), window):
+        chunk = [list(b) for b in plan[start:start + window]]
+        items = sorted((i for b in chunk for i in b), key=lambda i: (-lengths(i), i))
+        regrouped, at = [], 0
+        for b in chunk:
+            regrouped.append(items[at:at + len(b)])
+            at += len(b)
+        random.Random(seed * 1_000_003 + start).shuffle(regrouped)
+        out.extend(regrouped)
+    return out

@@ -1,0 +1,125 @@
+"""Every speed path of the engine gives what the plain path gives (tiny random model, fp32)."""
+
+import pytest
+import torch
+
+from softeval import engine
+from tiny import tiny_lm
+
+INSTRUCTION = "Answer with one letter. Here are worked examples:\nQ: abc\nA: a\n\nQ: "
+QUESTIONS = ["d", "efg hij", "klm", "nopqrs tu", "v", "wxyz 1234 567", "ab", "cdefgh"]
+
+
+@pytest.fixture
+def lm():
+    return tiny_lm(seed=3, init_range=0.5)
+
+
+def _seqs(lm):
+    return [lm.tokenizer(INSTRUCTION + q + "\nA:").input_ids for q in QUESTIONS]
+
+
+def _soft(lm, n=3):
+    torch.manual_seed(1)
+    return torch.randn(n, lm.model.config.hidden_size) * 0.5
+
+
+@pytest.mark.parametrize("with_soft", [False, True])
+def test_prefix_cache_generations_identical(lm, with_soft):
+    seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
+    assert engine.common_prefix_len(seqs) > engine.MIN_PREFIX
+    kw = dict(soft=soft, max_new_tokens=12, stop=("\n",), batch_size=3)
+    plain = engine.generate(lm, seqs, prefix_cache=False, **kw)
+    cached = engine.generate(lm, seqs, prefix_cache=True, **kw)
+    assert cached == plain
+    assert any(plain)  # the model does generate something
+
+
+def test_prefix_cache_with_soft_prompt_only(lm):
+    seqs = [lm.tokenizer(q, add_special_tokens=False).input_ids for q in QUESTIONS]  # no shared tokens
+    assert engine.common_prefix_len(seqs) == 0
+    soft = _soft(lm, 9)
+    kw = dict(soft=soft, max_new_tokens=8, batch_size=4)
+    assert engine.generate(lm, seqs, prefix_cache=True, **kw) == engine.generate(lm, seqs, prefix_cache=False, **kw)
+
+
+@pytest.mark.parametrize("with_soft", [False, True])
+def test_prefix_cache_loglik_identical(lm, with_soft):
+    seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    single = [[tok(" " + c) for c in "ABCD"] for _ in seqs]
+    multi = [[tok(" yes"), tok(" no"), tok(" a b c")] for _ in seqs]
+    for options in (single, multi):
+        plain = engine.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=False)
+        cached = engine.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=True)
+        torch.testing.assert_close(torch.tensor(cached), torch.tensor(plain), rtol=1e-6, atol=1e-5)
+
+
+def test_stop_on_decoded_tail_matches_full_text(lm):
+    seqs = _seqs(lm)
+    free = engine.generate(lm, seqs, max_new_tokens=16, batch_size=4)
+    for stop in (("\n",), ("a", "Q:"), (" ", "zz")):
+        stopped = engine.generate(lm, seqs, max_new_tokens=16, stop=stop, batch_size=4)
+        assert stopped == [engine.cut_at_stop(f, stop) for f in free]
+
+
+def test_length_batches_return_results_in_caller_order(lm):
+    seqs = _seqs(lm)
+    assert sorted(i for b in engine.length_batches([len(s) for s in seqs], 3) for i in b) == list(range(len(seqs)))
+    together = engine.generate(lm, seqs, max_new_tokens=6, batch_size=3)
+    alone = [engine.generate(lm, [s], max_new_tokens=6, prefix_cache=False)[0] for s in seqs]
+    assert together == alone
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    options = [[tok(" A"), tok(" B")] for _ in seqs]
+    batched = engine.option_logprobs(lm, seqs, options, batch_size=3)
+    single = [engine.option_logprobs(lm, [s], [o], prefix_cache=False)[0] for s, o in zip(seqs, options)]
+    torch.testing.assert_close(torch.tensor(batched), torch.tensor(single), rtol=1e-6, atol=1e-5)
+
+
+def test_length_grouped_tuning_plan_is_deterministic_and_keeps_items():
+    from softeval.tune import batches
+
+    plan = batches(50, 8, 12, seed=5)
+    lengths = {i: (i * 37) % 23 for i in range(50)}
+    grouped = engine.length_grouped(plan, lengths.__getitem__, window=4, seed=5)
+    assert grouped == engine.length_grouped(plan, lengths.__getitem__, window=4, seed=5)
+    assert [len(b) for b in grouped] == [len(b) for b in plan]
+    for w in range(0, 12, 4):
+        assert sorted(i for b in grouped[w:w + 4] for i in b) == sorted(i for b in plan[w:w + 4] for i in b)
+    spread = lambda p: sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in p)  # noqa: E731
+    assert spread(grouped) < spread(plan)
+    assert engine.length_grouped(plan, lengths.__getitem__, window=1) == plan
+
+
+def test_auto_batch_size_never_exceeds_bound(lm, monkeypatch):
+    for free in (10**6, 10**9, 10**15):
+        monkeypatch.setattr(engine, "_free_bytes", lambda device, free=free: free)
+        for bound in (1, 2, 7, 64):
+            for seq_len in (4, 100, 4000):
+                size = engine.auto_batch_size(lm, seq_len, max_batch_size=bound, new_tokens=16)
+                assert 1 <= size <= bound
+    monkeypatch.setattr(engine, "_free_bytes", lambda device: 10**15)
+    assert engine.auto_batch_size(lm, 10, max_batch_size=5) == 5
+    monkeypatch.setattr(engine, "_free_bytes", lambda device: 1)
+    assert engine.auto_batch_size(lm, 10, max_batch_size=5) == 1
+
+
+def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
+    seqs = _seqs(lm)
+    seen = []
+    real = engine._generate_batch
+
+    def spy(lm_, batch, *args, **kw):
+        seen.append(len(batch))
+        return real(lm_, batch, *args, **kw)
+
+    monkeypatch.setattr(engine, "_free_bytes", lambda device: 10**15)
+    monkeypatch.setattr(engine, "_generate_batch", spy)
+    auto = engine.generate(lm, seqs, max_new_tokens=5, batch_size="auto", max_batch_size=3)
+    assert seen and max(seen) <= 3
+    assert auto == engine.generate(lm, seqs, max_new_tokens=5, batch_size=8)
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    options = [[tok(" A"), tok(" B")] for _ in seqs]
+    torch.testing.assert_close(
+        torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=0, max_batch_size=2)),
+        torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=8)), rtol=1e-6, atol=1e-5)
