@@ -96,7 +96,7 @@ def strict_letter(output: str, example: Example) -> str | None:
     if not found:
         return None
     rest = output.strip()[len(found.group(0).strip()):]
-    if found.group(1) == "A" and re.match(r"\s+[a-z]", rest) and not found.group(0).strip().endswith((".", ")", ":")):
+    if found.group(1) == "A" and _article(rest) and not found.group(0).strip().endswith((".", ")", ":")):
         return None  # "A good question" starts with the article, not the option
     return found.group(1)
 
@@ -117,10 +117,17 @@ def lenient_letter(output: str, example: Example) -> str | None:
         return letters[hits[0]]
     for found in re.finditer(rf"(?<![A-Za-z0-9])\(?([{letters}])\)?(?![A-Za-z0-9])", output):
         after = output[found.end():]
-        if found.group(1) == "A" and re.match(r"\s+[a-z]", after) and not found.group(0).startswith("("):
+        if found.group(1) == "A" and _article(after) and not found.group(0).startswith("("):
             continue
         return found.group(1)
     return None
+
+
+def _article(after: str) -> bool:
+    """Is an 'A' followed by ``after`` the article ('A good guess') rather than the option ('A is correct')?
+    A lower-case word follows the article; a verb or 'because' after it is never the article."""
+    return bool(re.match(r"\s+[a-z]", after)) and not re.match(
+        r"\s+(?:is|was|seems|looks|would|should|must|because|since)\b", after)
 
 
 def _contains(text: str, phrase: str) -> bool:
@@ -168,6 +175,9 @@ def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source:
     """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored."""
     from softeval.data import held_out_split
 
+    if len(examples) < 2:
+        raise UserError(f"{source}: no usable rows ({skipped} skipped)" if not examples else
+                        f"{source}: one usable row is too few to tune on a part and score the rest")
     tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], source,
                   f"held-out part of {split} ({len(tune_idx)})", f"rest of {split} ({len(eval_idx)})",

