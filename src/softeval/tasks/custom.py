@@ -85,7 +85,7 @@ def _regex(path: Path, spec: dict, key: str) -> re.Pattern | None:
     if text is None:
         return None
     try:
-        return re.compile(str(text), re.MULTILINE)
+        return re.compile(str(text))
     except re.error as err:
         raise _fail(path, f"{key} is not a valid regular expression ({err})") from None
 

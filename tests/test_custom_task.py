@@ -1,0 +1,163 @@
+"""User-defined tasks from a YAML/JSON file: end to end on a tiny random model, and every kind of bad
+file is an error naming the file and the problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from softeval import cli
+from softeval.errors import UserError
+from softeval.pipeline import RunConfig, run_job
+from softeval.tasks import get_task
+from softeval.tasks.custom import load_task_file
+
+torch.set_num_threads(1)
+EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"
+
+MC_ROWS = [{"q": f"Which number is {n}?", "opts": [str(n), str(n + 1), str(n + 2)], "ans": i % 3,
+            "right": str(n + i % 3)} for i, n in enumerate(range(10, 40))]
+
+
+def write_task(folder: Path, spec: dict, rows=MC_ROWS, name="task.yaml", data="rows.jsonl") -> Path:
+    (folder / data).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = folder / name
+    path.write_text(json.dumps(spec) if name.endswith(".json") else _yaml(spec))
+    return path
+
+
+def _yaml(spec: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+MC_SPEC = {"data": "rows.jsonl", "fields": ["q"], "answer_field": "ans", "options_field": "opts",
+           "prompt": "Question: {{ q }}\n{{ options_block }}\nAnswer:", "split": {"fraction": 0.5, "seed": 7},
+           "max_new_tokens": 4}
+
+
+def test_shipped_example_runs_end_to_end_on_a_tiny_model(tmp_path):
+    from tiny import tiny_lm
+
+    config = RunConfig(model="tiny-0", task=str(EXAMPLE), methods=("zero-shot", "soft-prompt"), limit=4, steps=2,
+                       tokens=2, batch_size=2, eval_batch_size=4, curve_items=0, out=str(tmp_path), device="cpu")
+    results = run_job(config, lm=tiny_lm())
+    assert [r["method"] for r in results] == ["zero-shot", "soft-prompt"]
+    for r in results:
+        assert r["n"] == 4 and r["task"] == str(EXAMPLE)
+        assert {"accuracy", "format_rate", "lenient_accuracy", "f1"} <= set(r["metrics"])
+        assert r["split"]["held_out"] and r["split"]["n_tune"] == 10 and r["split"]["seed"] == 1234
+    saved = list(tmp_path.rglob("results.json"))
+    assert len(saved) == 2
+    samples = (saved[0].parent / "samples.jsonl").read_text().splitlines()
+    assert json.loads(samples[0])["prompt"].startswith("Answer with the name of the city only.\n\nQuestion: What")
+
+
+def test_multiple_choice_task_file_gets_loglik_accuracy(tmp_path):
+    from tiny import tiny_lm
+
+    path = write_task(tmp_path, MC_SPEC, name="mc.json")
+    config = RunConfig(model="tiny-0", task=str(path), methods=("zero-shot",), limit=5, eval_batch_size=5,
+                       out=str(tmp_path / "runs"), device="cpu")
+    (result,) = run_job(config, lm=tiny_lm())
+    assert "loglik_accuracy" in result["metrics"] and result["split"]["n_tune"] == 15
+
+
+def test_multiple_choice_answers_by_letter_text_or_index(tmp_path):
+    rows = [{"q": "?", "opts": ["x", "yy", "z"], "ans": a} for a in ("B", "yy", 1, "1")]
+    task = load_task_file(write_task(tmp_path, {**MC_SPEC, "split": {"n_tune": 1}}, rows))
+    splits = task.load()
+    assert {e.gold for e in splits.tune + splits.eval} == {"B"}
+    example = splits.eval[0]
+    assert task.render(example) == "Question: ?\nA. x\nB. yy\nC. z\nAnswer:"
+    assert task.target(example) == " B"
+    assert task.strict(" B", example) == "B" and task.lenient("it is yy", example) == "B"
+
+
+def test_tune_file_rule_and_relative_paths(tmp_path):
+    (tmp_path / "sub").mkdir()
+    write_task(tmp_path / "sub", {}, MC_ROWS[:8], name="unused.yaml", data="tune.jsonl")
+    spec = {**MC_SPEC, "tune_data": "sub/tune.jsonl"}
+    spec.pop("split")
+    task = get_task(str(write_task(tmp_path, spec)))
+    splits = task.load()
+    assert (len(splits.tune), len(splits.eval), splits.held_out) == (8, 30, False)
+    assert "tune.jsonl" in splits.tune_name
+
+
+def test_numeric_matcher_and_regexes(tmp_path):
+    rows = [{"question": f"{a}+{a}?", "answer": f"{2 * a:,}"} for a in range(500, 520)]
+    spec = {"data": "rows.jsonl", "answer_field": "answer", "prompt": "{{ question }} =", "matcher": "numeric",
+            "answer_regex": r"(?m)^Result: (\S+)$", "target": " ...\nResult: {{ gold }}", "stop": "\n\n"}
+    task = load_task_file(write_task(tmp_path, spec, rows))
+    example = task.load().eval[0]
+    gold = example.gold
+    assert "," not in gold
+    assert task.match(task.strict(f"work\nResult: {int(gold):,}", example), example)
+    assert task.strict(f"Result {gold}", example) is None
+    assert task.lenient(f"so it is {gold} in the end", example) == gold  # default lenient: the last number
+    assert task.stop == ("\n\n",) and task.match(task.strict(task.target(example), example), example)
+
+
+def test_templates_are_sandboxed(tmp_path):
+    spec = {**MC_SPEC, "prompt": "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}"}
+    with pytest.raises(UserError, match="prompt template cannot be filled"):
+        load_task_file(write_task(tmp_path, spec)).load()
+    spec = {**MC_SPEC, "prompt": "{{ q.__class__.__mro__ }}"}
+    with pytest.raises(UserError, match="task.yaml|rows.jsonl"):
+        load_task_file(write_task(tmp_path, spec)).load()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"colour": "red"}, "unknown setting.*colour"),
+    ({"prompt": None}, "lacks the required setting.*prompt"),
+    ({"prompt": "{% if %}"}, "prompt is not a valid template"),
+    ({"answer_regex": "(["}, "answer_regex is not a valid regular expression"),
+    ({"matcher": "fuzzy"}, "matcher 'fuzzy' is not one of"),
+    ({"options_field": None}, "answer_regex is required"),
+    ({"split": {"n_tune": 30}}, "cannot hold out 30 tuning items from 30"),
+    ({"split": {"fraction": 2}}, "fraction must be between 0 and 1"),
+    ({"split": {"size": 2}}, "split must be a mapping"),
+    ({"data": "missing.jsonl"}, "data file not found"),
+    ({"prompt": "{{ nothere }}"}, r"rows\.jsonl: row 0: the prompt template cannot be filled.*nothere"),
+    ({"fields": ["q", "extra"]}, r"rows\.jsonl: row 0 lacks field\(s\) extra"),
+])
+def test_bad_task_files_name_file_and_problem(tmp_path, change, message):
+    spec = {k: v for k, v in {**MC_SPEC, **change}.items() if v is not None}
+    path = write_task(tmp_path, spec)
+    with pytest.raises(UserError, match=message) as err:
+        load_task_file(path).load()
+    assert "task.yaml" in str(err.value) or "rows.jsonl" in str(err.value) or "missing.jsonl" in str(err.value)
+
+
+def test_not_a_mapping_and_not_yaml(tmp_path):
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="list.yaml: must be a mapping"):
+        get_task(str(tmp_path / "list.yaml"))
+    (tmp_path / "broken.yaml").write_text("data: [\n")
+    with pytest.raises(UserError, match="broken.yaml: not valid YAML"):
+        get_task(str(tmp_path / "broken.yaml"))
+    with pytest.raises(UserError, match="task file not found"):
+        get_task(str(tmp_path / "nope.yaml"))
+
+
+def test_bad_rows_error_or_counted_skip(tmp_path):
+    rows = [dict(r) for r in MC_ROWS]
+    rows[3]["ans"] = 7  # outside its 3 options
+    del rows[5]["q"]
+    path = write_task(tmp_path, MC_SPEC, rows)
+    with pytest.raises(UserError, match=r"rows\.jsonl: row 3 has answer 7 outside its 3 options"):
+        load_task_file(path).load()
+    splits = load_task_file(path).load(skip_bad_rows=True)
+    assert splits.skipped_rows == 2 and len(splits.tune) + len(splits.eval) == 28
+
+
+def test_cli_flag_reaches_the_run_config():
+    args = cli.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml", "--skip-bad-rows"])
+    assert cli._config(args, ("zero-shot",)).skip_bad_rows is True
+    args = cli.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml"])
+    assert cli._config(args, ("zero-shot",)).skip_bad_rows is False
