@@ -126,17 +126,22 @@ def cmd_eval(args) -> int:
     return 0
 
 
+SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": "knowledge",
+         "lenient_accuracy": "lenient", "loglik_accuracy": "loglik"}
+
+
 def print_table(results: list[dict]) -> None:
+    """One row per method: each metric as value and its 95% interval."""
     console = Console()
     if not results:
         return
     first = results[0]
-    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}, "
-                        "95% Wilson intervals")
-    table.add_column("method")
+    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
+                        "value [95% Wilson interval]")
+    table.add_column("method", no_wrap=True, min_width=11)
     present = [m for m in METRIC_COLUMNS if any(m in r["metrics"] for r in results)]
     for metric in present:
-        table.add_column(metric, justify="right")
+        table.add_column(SHORT[metric], justify="right", min_width=9)
     for r in results:
         cells = []
         for metric in present:
@@ -144,7 +149,7 @@ def print_table(results: list[dict]) -> None:
             if not m or m["value"] is None:
                 cells.append("-")
             else:
-                cells.append(f"{m['value']:.3f} [{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
+                cells.append(f"{m['value']:.3f}\n[{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
         table.add_row(r["method"], *cells)
     console.print(table)
     note = first.get("split", {}).get("note")
