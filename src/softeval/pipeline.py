@@ -145,7 +145,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     cfg, console, task = job.config, job.console, job.task
     started, t0 = now(), time.time()
     lm, prompter = job.lm, job.prompter
-    partial = folder.start()
+    partial = folder.start(identity)
     soft, tuning, curve = None, None, None
     if method == "soft-prompt":
         if cfg.soft_prompt:

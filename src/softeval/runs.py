@@ -21,7 +21,7 @@ from softeval.models import slug
 
 # Options that change a run's numbers: a finished run with other values is a different run.
 IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", "shots", "tokens", "lr",
-                 "init", "chat_template", "soft_prompt", "dtype", "batch_size")
+                 "init", "chat_template", "soft_prompt", "dtype", "batch_size", "skip_bad_rows")
 
 
 def now() -> str:
@@ -72,8 +72,20 @@ class RunFolder:
                             "Pass --force to replace it, or --out to write elsewhere.")
         return True
 
-    def start(self) -> Path:
+    def start(self, config: dict | None = None) -> Path:
+        """The partial folder to write into. A partial folder left by an interrupted run with the same
+        settings is kept (its tuning checkpoint resumes); one with other settings is started afresh."""
+        marker = self.partial / "config.json"
+        if config is not None and marker.is_file():
+            try:
+                old = json.loads(marker.read_text())
+            except json.JSONDecodeError:
+                old = {}
+            if any(old.get(k) != config.get(k) for k in IDENTITY_KEYS):
+                shutil.rmtree(self.partial)
         self.partial.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            write_json(marker, config)
         return self.partial
 
     def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
