@@ -36,6 +36,7 @@ class TuneConfig:
     curve_every: int = 10
     curve_items: int = 16
     eval_batch_size: int = 16
+    length_group: int = 1  # >1: regroup each window of this many seeded batches by length (less padding)
 
 
 @dataclass
@@ -90,6 +91,11 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
     optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
     plan = batches(len(train), config.batch_size, config.steps, config.seed)
     prompts = {}
+    if config.length_group > 1:
+        for i in {i for b in plan for i in b}:
+            prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
+        plan = engine.length_grouped(plan, lambda i: len(prompts[i][0]) + len(prompts[i][1]),
+                                     config.length_group, config.seed)
     curve: list[dict] = []
     step, last_loss, stopped = 0, None, None
     state_file = checkpoint / "tune_state.pt" if checkpoint else None
