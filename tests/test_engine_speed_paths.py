@@ -123,3 +123,18 @@ def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
     torch.testing.assert_close(
         torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=0, max_batch_size=2)),
         torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=8)), rtol=1e-6, atol=1e-5)
+
+
+def test_length_grouped_tuning_is_deterministic():
+    from softeval.prompting import Prompter
+    from softeval.tune import TuneConfig, tune
+    from tiny import format_task
+
+    lm = tiny_lm()
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    cfg = TuneConfig(num_tokens=3, steps=4, curve_every=0, seed=7, length_group=2)
+    a = tune(lm, prompter, task.load().tune, [], cfg)
+    b = tune(lm, prompter, task.load().tune, [], cfg)
+    torch.testing.assert_close(a.soft.weight, b.soft.weight)
+    assert a.steps_run == 4 and a.config["length_group"] == 2
