@@ -1,0 +1,424 @@
+"""softeval vs lm-evaluation-harness (HF backend) and a plain PEFT prompt-tuning loop, side by side.
+
+Not a test. Both sides run in this one process on the same loaded model object, the same items,
+prompts (token-identical strings), batch size, stop rules and max_new_tokens, with the same
+``torch.set_num_threads``; timed calls are interleaved (softeval, baseline, alternating order
+between sections) after one warm-up call of each side. Prints a table and, as the last line, JSON.
+
+    .venv/bin/python benchmarks/bench_speed.py --quick      # < 10 min on a 2-core CPU
+    .venv/bin/python benchmarks/bench_speed.py              # full mode (BENCHMARKS.md)
+
+What is timed: softeval = tokenizing the prompts + ``engine.generate`` / ``engine.option_logprobs``;
+lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
+task YAML (written to a temp dir, reading the same items from a local JSONL), i.e. lm-eval's own
+tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
+softeval = ``engine.target_loss`` + backward + AdamW (the body of ``softeval.tune.tune``); PEFT =
+``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
+prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from softeval import engine  # noqa: E402
+from softeval.data import seeded_subset  # noqa: E402
+from softeval.models import load_model  # noqa: E402
+from softeval.prompting import Prompter, pick_shots, use_chat_template  # noqa: E402
+from softeval.scoring import score_output  # noqa: E402
+from softeval.softprompt import SoftPrompt  # noqa: E402
+from softeval.tasks import get_task  # noqa: E402
+from softeval.tune import batches as tune_batches  # noqa: E402
+
+MODES = {
+    # quick: tuning items up to 192 tokens, GSM8K generation capped at 64 new tokens on both sides
+    "quick": dict(mmlu=8, gsm8k=4, loglik=16, tune_steps=2, group_window=2, tune_max_len=192, max_new_tokens=64,
+                  rounds=1, ablation_items=4,
+                  ablation=(("mmlu", "zero-shot"), ("mmlu", "few-shot"))),
+    "full": dict(mmlu=64, gsm8k=24, loglik=128, tune_steps=12, group_window=4, tune_max_len=None,
+                 max_new_tokens=None, rounds=2, ablation_items=16,
+                 ablation=(("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "zero-shot"), ("gsm8k", "few-shot"))),
+}
+
+
+def rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+
+
+class Rows(list):
+    """Table rows, also logged to stderr as they come (a long run shows its figures early)."""
+
+    def append(self, row):
+        log("  " + " | ".join(row))
+        super().append(row)
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---- lm-eval side ----------------------------------------------------------------------------
+
+class LmEvalSide:
+    def __init__(self, lm, batch_size: int, folder: Path):
+        from lm_eval.models.huggingface import HFLM
+
+        self.folder = folder
+        self.hflm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size,
+                         device=str(lm.device), max_length=lm.max_length)
+        self.n = 0
+
+    def task_instances(self, docs: list[dict], kind: str, until=None, max_gen_toks=None):
+        """Write docs to JSONL + a task YAML, load it with lm-eval's TaskManager, build requests."""
+        from lm_eval.tasks import TaskManager, get_task_dict
+
+        self.n += 1
+        name = f"softeval_bench_{self.n}"
+        data = self.folder / f"{name}.jsonl"
+        data.write_text("".join(json.dumps(d) + "\n" for d in docs))
+        lines = [f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
+                 f"    test: {json.dumps(str(data))}", "test_split: test", "doc_to_text: prompt"]
+        if kind == "generate_until":
+            lines += ["output_type: generate_until", "doc_to_target: gold", "generation_kwargs:",
+                      f"  until: {json.dumps(list(until))}", f"  max_gen_toks: {max_gen_toks}",
+                      "  do_sample: false", "metric_list:", "  - metric: exact_match"]
+        else:
+            lines += ["output_type: multiple_choice", "doc_to_choice: choices", "doc_to_target: label",
+                      'target_delimiter: ""', "metric_list:", "  - metric: acc"]
+        (self.folder / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+        manager = TaskManager(include_path=str(self.folder), include_defaults=False, verbosity="ERROR")
+        task = get_task_dict([name], manager)[name]
+        task.build_all_requests(limit=None, rank=0, world_size=1)
+        instances = sorted(task.instances, key=lambda r: (r.doc_id, r.idx))
+        return instances
+
+    def generate(self, instances) -> list[str]:
+        out = self.hflm.generate_until(instances, disable_tqdm=True)
+        by_doc = {}
+        for inst, text in zip(instances, out):
+            by_doc[inst.doc_id] = text
+        return [by_doc[i] for i in sorted(by_doc)]
+
+    def loglik(self, instances) -> list[list[float]]:
+        out = self.hflm.loglikelihood(instances, disable_tqdm=True)
+        scores: dict[int, list[float]] = {}
+        for inst, (ll, _greedy) in zip(instances, out):
+            scores.setdefault(inst.doc_id, []).append(float(ll))
+        return [scores[i] for i in sorted(scores)]
+
+
+# ---- timing helpers --------------------------------------------------------------------------
+
+def timed(fn):
+    gc.collect()
+    t0 = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - t0
+
+
+def interleave(rounds: int, first, second, flip: bool):
+    """Run ``first`` and ``second`` alternately ``rounds`` times (ABBA...); returns the last values
+    and the summed seconds of each."""
+    totals, values = [0.0, 0.0], [None, None]
+    fns = [first, second]
+    for r in range(rounds):
+        order = [0, 1] if (r + flip) % 2 == 0 else [1, 0]
+        for k in order:
+            values[k], dt = timed(fns[k])
+            totals[k] += dt
+    return values, totals
+
+
+# ---- sections --------------------------------------------------------------------------------
+
+def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int, rows: list, result: dict,
+                 window: int = 4):
+    from peft import PromptTuningConfig, get_peft_model
+
+    plan = tune_batches(len(train), batch_size, steps + 1, seed=0)
+    pairs = {i: (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i])) for b in plan for i in b}
+    lengths = lambda i: len(pairs[i][0]) + len(pairs[i][1])  # noqa: E731
+    grouped = engine.length_grouped(plan[:steps], lengths, window=window, seed=0)  # same items as plan[:steps]
+
+    soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
+    opt = torch.optim.AdamW([soft.weight], lr=3e-2)
+
+    def se_step(batch):
+        loss = engine.target_loss(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch], soft.weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    def pad_stats(p):
+        real = sum(lengths(i) for b in p for i in b)
+        padded = sum(max(lengths(i) for i in b) * len(b) for b in p)
+        return real, padded
+
+    # Phase 1: softeval alone (its peak RSS), plain plan and length-grouped plan.
+    se_step(plan[-1])  # warm-up
+    _, t_plain = timed(lambda: [se_step(b) for b in plan[:steps]])
+    _, t_grouped = timed(lambda: [se_step(b) for b in grouped[:steps]])
+    result["peak_rss_gib"] = round(rss_gib(), 3)
+    real, padded = pad_stats(plan[:steps])
+    real_g, padded_g = pad_stats(grouped[:steps])
+    rows.append(("tune: softeval, seeded plan", f"{steps / t_plain:.3f} steps/s",
+                 f"tokens {real}, padded {padded}"))
+    rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
+                 f"tokens {real_g}, padded {padded_g}"))
+    result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
+
+    # Phase 2: PEFT vs softeval, interleaved step by step, same batches (the seeded plan).
+    peft_model = get_peft_model(lm.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
+    peft_opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=3e-2)
+    pad = lm.pad_id
+
+    def peft_step(batch):
+        seqs = [pairs[i][0] + pairs[i][1] for i in batch]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for r, i in enumerate(batch):
+            s = seqs[r]
+            ids[r, :len(s)] = torch.tensor(s)
+            mask[r, :len(s)] = 1
+            labels[r, len(pairs[i][0]):len(s)] = torch.tensor(pairs[i][1])
+        out = peft_model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), labels=labels.to(lm.device))
+        peft_opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        peft_opt.step()
+        return float(out.loss)
+
+    peft_model.train()
+    peft_step(plan[-1])  # warm-up
+    t_se = t_peft = 0.0
+    for k, b in enumerate(plan[:steps]):
+        order = [(se_step, 0), (peft_step, 1)] if k % 2 == 0 else [(peft_step, 1), (se_step, 0)]
+        for fn, side in order:
+            _, dt = timed(lambda: fn(b))
+            if side == 0:
+                t_se += dt
+            else:
+                t_peft += dt
+    rows.append(("tune: softeval (interleaved)", f"{steps / t_se:.3f} steps/s", ""))
+    rows.append(("tune: PEFT PromptTuning, full-logit CE", f"{steps / t_peft:.3f} steps/s", ""))
+    result["tune_speedup_vs_peft"] = round(t_peft / t_se, 3)
+    result["tune_steps_per_s"] = {"softeval": round(steps / t_se, 4), "peft": round(steps / t_peft, 4)}
+    peft_model.eval()
+    base = peft_model.get_base_model()
+    del peft_model, peft_opt
+    lm.model = base
+    lm.model.eval()
+    lm.model.requires_grad_(False)
+    gc.collect()
+
+
+def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows,
+                     max_new_tokens=None):
+    if max_new_tokens and max_new_tokens < task.max_new_tokens:  # quick mode: both sides get the same cap
+        import dataclasses
+
+        task = dataclasses.replace(task, max_new_tokens=max_new_tokens)
+    texts = [prompter.text(e, method) for e in items]
+    docs = [{"prompt": t, "gold": e.gold} for t, e in zip(texts, items)]
+    instances = side.task_instances(docs, "generate_until", until=task.stop, max_gen_toks=task.max_new_tokens)
+    assert [i.args[0] for i in instances] == texts, "lm-eval did not build the same prompts"
+
+    def run_softeval():
+        seqs = [prompter.ids(e, method) for e in items]
+        return engine.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+
+    def run_lmeval():
+        return side.generate(instances)
+
+    # warm-up on two items each
+    engine.generate(lm, [prompter.ids(e, method) for e in items[:2]], max_new_tokens=2, stop=task.stop)
+    side.hflm.generate_until(side.task_instances(docs[:2], "generate_until", until=task.stop, max_gen_toks=2),
+                             disable_tqdm=True)
+    (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
+    acc_se = sum(score_output(task, e, o)["correct"] for e, o in zip(items, ours)) / len(items)
+    acc_lm = sum(score_output(task, e, o)["correct"] for e, o in zip(items, theirs)) / len(items)
+    same = sum(a == b for a, b in zip(ours, theirs))
+    n = len(items) * rounds
+    rows.append((f"{task.name} {method} generate: softeval", f"{n / t_se:.3f} items/s", f"acc {acc_se:.3f}"))
+    rows.append((f"{task.name} {method} generate: lm-eval", f"{n / t_lm:.3f} items/s",
+                 f"acc {acc_lm:.3f}; identical outputs {same}/{len(items)}"))
+    return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "same": same, "correct_softeval": acc_se * len(items),
+            "correct_lmeval": acc_lm * len(items), "mismatch_examples": [
+                {"softeval": a, "lmeval": b} for a, b in zip(ours, theirs) if a != b][:3]}
+
+
+def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows):
+    texts = [prompter.text(e, method) for e in items]
+    letters = ["".join(prompter.lm.tokenizer.decode(o) for o in [ids]) for ids in prompter.option_ids(items[0])]
+    docs = [{"prompt": t, "choices": [prompter.lm.tokenizer.decode(o) for o in prompter.option_ids(e)],
+             "label": "ABCDEFGHIJ".index(e.gold)} for t, e in zip(texts, items)]
+    instances = side.task_instances(docs, "multiple_choice")
+
+    def run_softeval():
+        seqs = [prompter.ids(e, method) for e in items]
+        return engine.option_logprobs(lm, seqs, [prompter.option_ids(e) for e in items], batch_size=batch_size)
+
+    def run_lmeval():
+        return side.loglik(instances)
+
+    engine.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]], [prompter.option_ids(e) for e in items[:2]])
+    side.hflm.loglikelihood(side.task_instances(docs[:2], "multiple_choice"), disable_tqdm=True)
+    (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
+    pick = lambda s: max(range(len(s)), key=lambda j: s[j])  # noqa: E731
+    acc_se = sum(d["label"] == pick(s) for d, s in zip(docs, ours)) / len(items)
+    acc_lm = sum(d["label"] == pick(s) for d, s in zip(docs, theirs)) / len(items)
+    same_pick = sum(pick(a) == pick(b) for a, b in zip(ours, theirs))
+    n = len(items) * rounds
+    rows.append((f"{task.name} {method} loglik: softeval", f"{n / t_se:.3f} items/s", f"acc {acc_se:.3f}"))
+    rows.append((f"{task.name} {method} loglik: lm-eval", f"{n / t_lm:.3f} items/s",
+                 f"acc {acc_lm:.3f}; same argmax {same_pick}/{len(items)}; options {letters}"))
+    return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "acc_softeval": acc_se, "acc_lmeval": acc_lm,
+            "same_pick": same_pick}
+
+
+def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
+    """softeval with and without the shared-prefix cache (is the cache worth keeping?)."""
+    seqs = [prompter.ids(e, method) for e in items]
+    kw = dict(max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+    (a, b), (t_on, t_off) = interleave(1, lambda: engine.generate(lm, seqs, prefix_cache=None, **kw),
+                                       lambda: engine.generate(lm, seqs, prefix_cache=False, **kw), False)
+    shared = engine.common_prefix_len(seqs)
+    rows.append((f"ablation {task.name} {method}: prefix cache on/off", f"{t_off / t_on:.2f}x",
+                 f"shared {shared} of ~{sum(map(len, seqs)) // len(seqs)} tokens; identical {sum(x == y for x, y in zip(a, b))}/{len(a)}"))
+    return t_off / t_on
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small item counts; under 10 minutes on 2 CPU cores")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--shots", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=10, help="soft prompt length for the tuning section")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: tune,generate,loglik,ablation")
+    ap.add_argument("--json-out", default=None, help="also write the JSON to this file")
+    args = ap.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    cfg = MODES[mode]
+    skip = set(filter(None, args.skip.split(",")))
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    started = time.time()
+    rows: list[tuple[str, str, str]] = Rows()
+    result: dict = {"mode": mode, "model": args.model, "batch_size": args.batch_size, "threads": args.threads}
+
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    result.update(device=str(lm.device), dtype=str(next(lm.model.parameters()).dtype).replace("torch.", ""))
+    log(f"loaded {args.model} on {lm.device} in {lm.load_seconds:.1f}s")
+    chat = use_chat_template(lm, "auto")
+    tasks = {name: get_task(name) for name in ("mmlu", "gsm8k")}
+    splits = {name: t.load("offline") for name, t in tasks.items()}
+    prompters = {name: Prompter(lm, tasks[name], chat, pick_shots(splits[name].tune, args.shots, 0))
+                 for name in tasks}
+    items = {"mmlu": seeded_subset(splits["mmlu"].eval, cfg["mmlu"], 0),
+             "gsm8k": seeded_subset(splits["gsm8k"].eval, cfg["gsm8k"], 0)}
+
+    if "tune" not in skip:
+        log(f"tuning: softeval vs PEFT ({time.time() - started:.0f}s)")
+        train = splits["mmlu"].tune
+        if cfg["tune_max_len"]:  # quick mode: only tuning items whose prompt+target fit this many tokens
+            pr = prompters["mmlu"]
+            train = [e for e in train if len(pr.ids(e, "soft-prompt")) + len(pr.target_ids(e)) <= cfg["tune_max_len"]]
+        result["tune_items"] = len(train)
+        bench_tuning(lm, prompters["mmlu"], train, cfg["tune_steps"], args.batch_size, args.tokens,
+                     rows, result, window=cfg["group_window"])
+    else:
+        result["peak_rss_gib"] = None
+
+    with tempfile.TemporaryDirectory(prefix="softeval-bench-") as tmp:
+        side = LmEvalSide(lm, args.batch_size, Path(tmp))
+        gen: dict = {}
+        if "generate" not in skip:
+            flip = False
+            for name in ("mmlu", "gsm8k"):
+                for method in ("zero-shot", "few-shot"):
+                    log(f"generate: {name} {method} ({time.time() - started:.0f}s)")
+                    gen[(name, method)] = bench_generation(lm, side, tasks[name], prompters[name], items[name], method,
+                                                           args.batch_size, cfg["rounds"], flip, rows,
+                                                           max_new_tokens=cfg["max_new_tokens"])
+                    flip = not flip
+            for method, key in (("zero-shot", "zeroshot"), ("few-shot", "fewshot")):
+                parts = [gen[(n, method)] for n in ("mmlu", "gsm8k")]
+                result[f"{key}_speedup_vs_lmeval"] = round(sum(p["t_lmeval"] for p in parts)
+                                                           / sum(p["t_softeval"] for p in parts), 3)
+                for n in ("mmlu", "gsm8k"):
+                    p = gen[(n, method)]
+                    result[f"{key}_speedup_vs_lmeval_{n}"] = round(p["t_lmeval"] / p["t_softeval"], 3)
+            all_parts = list(gen.values())
+            n_items = sum(p["n"] for p in all_parts)
+            result["output_agreement"] = round(sum(p["same"] for p in all_parts) / n_items, 4)
+            result["accuracy_softeval"] = {f"{n}/{m}": round(p["correct_softeval"] / p["n"], 4) for (n, m), p in gen.items()}
+            result["accuracy_lmeval"] = {f"{n}/{m}": round(p["correct_lmeval"] / p["n"], 4) for (n, m), p in gen.items()}
+            result["mismatch_examples"] = {f"{n}/{m}": p["mismatch_examples"] for (n, m), p in gen.items()
+                                           if p["mismatch_examples"]}
+        if "loglik" not in skip:
+            ll_items = seeded_subset(splits["mmlu"].eval, cfg["loglik"], 0)
+            ll = {}
+            for k, method in enumerate(("zero-shot", "few-shot")):
+                log(f"loglik: mmlu {method} ({time.time() - started:.0f}s)")
+                ll[method] = bench_loglik(lm, side, tasks["mmlu"], prompters["mmlu"], ll_items, method,
+                                          args.batch_size, cfg["rounds"], bool(k), rows)
+            result["loglik_speedup_vs_lmeval"] = round(sum(p["t_lmeval"] for p in ll.values())
+                                                       / sum(p["t_softeval"] for p in ll.values()), 3)
+            for method, p in ll.items():
+                result[f"loglik_speedup_vs_lmeval_{method}"] = round(p["t_lmeval"] / p["t_softeval"], 3)
+            result["loglik_accuracy_softeval"] = {m: round(p["acc_softeval"], 4) for m, p in ll.items()}
+            result["loglik_accuracy_lmeval"] = {m: round(p["acc_lmeval"], 4) for m, p in ll.items()}
+            result["loglik_same_argmax"] = round(sum(p["same_pick"] for p in ll.values())
+                                                 / sum(p["n"] for p in ll.values()), 4)
+    if "ablation" not in skip:
+        log(f"ablation: prefix cache ({time.time() - started:.0f}s)")
+        result["prefix_cache_gain"] = {
+            f"{name}/{method}": round(ablation_prefix(lm, tasks[name], prompters[name],
+                                                      items[name][:cfg["ablation_items"]], method, args.batch_size,
+                                                      rows), 3)
+            for name, method in cfg["ablation"]}
+    result["seconds"] = round(time.time() - started, 1)
+    result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
+                        f"torch={torch.__version__} threads={args.threads}".strip()
+
+    width = max(len(r[0]) for r in rows) if rows else 10
+    print(f"{'what':<{width}}  {'speed':>16}  notes")
+    for what, speed, note in rows:
+        print(f"{what:<{width}}  {speed:>16}  {note}")
+    targets = {"tune_speedup_vs_peft": 2, "fewshot_speedup_vs_lmeval": 2.5, "zeroshot_speedup_vs_lmeval": 1.2,
+               "loglik_speedup_vs_lmeval": 1, "output_agreement": 0.98}
+    for key, goal in targets.items():
+        if result.get(key) is not None:
+            print(f"target {key} >= {goal}: {result[key]} {'met' if result[key] >= goal else 'MISSED'}")
+    if result.get("peak_rss_gib") is not None:
+        print(f"target peak_rss_gib <= 3: {result['peak_rss_gib']} {'met' if result['peak_rss_gib'] <= 3 else 'MISSED'}")
+    line = json.dumps(result, sort_keys=True)
+    if args.json_out:
+        Path(args.json_out).write_text(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
