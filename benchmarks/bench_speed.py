@@ -34,25 +34,25 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
+import torch
 
-from softeval import engine  # noqa: E402
-from softeval.data import seeded_subset  # noqa: E402
-from softeval.models import load_model  # noqa: E402
-from softeval.prompting import Prompter, pick_shots, use_chat_template  # noqa: E402
-from softeval.scoring import score_output  # noqa: E402
-from softeval.softprompt import SoftPrompt  # noqa: E402
-from softeval.tasks import get_task  # noqa: E402
-from softeval.tune import batches as tune_batches  # noqa: E402
+from softeval import engine
+from softeval.data import seeded_subset
+from softeval.models import load_model
+from softeval.prompting import Prompter, pick_shots, use_chat_template
+from softeval.scoring import score_output
+from softeval.softprompt import SoftPrompt
+from softeval.tasks import get_task
+from softeval.tune import batches as tune_batches
 
 MODES = {
     # quick: tuning items up to 192 tokens, GSM8K generation capped at 64 new tokens on both sides
-    "quick": dict(mmlu=8, gsm8k=4, loglik=16, tune_steps=2, group_window=2, tune_max_len=192, max_new_tokens=64,
-                  rounds=1, ablation_items=4,
-                  ablation=(("mmlu", "zero-shot"), ("mmlu", "few-shot"))),
-    "full": dict(mmlu=64, gsm8k=24, loglik=128, tune_steps=12, group_window=4, tune_max_len=None,
-                 max_new_tokens=None, rounds=2, ablation_items=16,
-                 ablation=(("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "zero-shot"), ("gsm8k", "few-shot"))),
+    "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 16, "tune_steps": 2, "group_window": 2, "tune_max_len": 192, "max_new_tokens": 64,
+                  "rounds": 1, "ablation_items": 4,
+                  "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"))},
+    "full": {"mmlu": 64, "gsm8k": 24, "loglik": 128, "tune_steps": 12, "group_window": 4, "tune_max_len": None,
+                 "max_new_tokens": None, "rounds": 2, "ablation_items": 16,
+                 "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "zero-shot"), ("gsm8k", "few-shot"))},
 }
 
 
@@ -152,7 +152,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
 
     plan = tune_batches(len(train), batch_size, steps + 1, seed=0)
     pairs = {i: (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i])) for b in plan for i in b}
-    lengths = lambda i: len(pairs[i][0]) + len(pairs[i][1])  # noqa: E731
+    lengths = lambda i: len(pairs[i][0]) + len(pairs[i][1])
     grouped = engine.length_grouped(plan[:steps], lengths, window=window, seed=0)  # same items as plan[:steps]
 
     soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
@@ -211,7 +211,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     for k, b in enumerate(plan[:steps]):
         order = [(se_step, 0), (peft_step, 1)] if k % 2 == 0 else [(peft_step, 1), (se_step, 0)]
         for fn, side in order:
-            _, dt = timed(lambda: fn(b))
+            _, dt = timed(lambda fn=fn, b=b: fn(b))
             if side == 0:
                 t_se += dt
             else:
@@ -222,7 +222,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     result["tune_steps_per_s"] = {"softeval": round(steps / t_se, 4), "peft": round(steps / t_peft, 4)}
     peft_model.eval()
     base = peft_model.get_base_model()
-    del peft_model, peft_opt
+    peft_model = peft_opt = None  # drop the wrapper; the base model is kept
     lm.model = base
     lm.model.eval()
     lm.model.requires_grad_(False)
@@ -281,7 +281,7 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
     engine.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]], [prompter.option_ids(e) for e in items[:2]])
     side.hflm.loglikelihood(side.task_instances(docs[:2], "multiple_choice"), disable_tqdm=True)
     (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
-    pick = lambda s: max(range(len(s)), key=lambda j: s[j])  # noqa: E731
+    pick = lambda s: max(range(len(s)), key=lambda j: s[j])
     acc_se = sum(d["label"] == pick(s) for d, s in zip(docs, ours)) / len(items)
     acc_lm = sum(d["label"] == pick(s) for d, s in zip(docs, theirs)) / len(items)
     same_pick = sum(pick(a) == pick(b) for a, b in zip(ours, theirs))
@@ -296,7 +296,7 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
 def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
     """softeval with and without the shared-prefix cache (is the cache worth keeping?)."""
     seqs = [prompter.ids(e, method) for e in items]
-    kw = dict(max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+    kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
     (a, b), (t_on, t_off) = interleave(1, lambda: engine.generate(lm, seqs, prefix_cache=None, **kw),
                                        lambda: engine.generate(lm, seqs, prefix_cache=False, **kw), False)
     shared = engine.common_prefix_len(seqs)

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from tiny import tiny_lm
 
 from softeval import engine
-from tiny import tiny_lm
 
 INSTRUCTION = "Answer with one letter. Here are worked examples:\nQ: abc\nA: a\n\nQ: "
 QUESTIONS = ["d", "efg hij", "klm", "nopqrs tu", "v", "wxyz 1234 567", "ab", "cdefgh"]
@@ -28,7 +28,7 @@ def _soft(lm, n=3):
 def test_prefix_cache_generations_identical(lm, with_soft):
     seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
     assert engine.common_prefix_len(seqs) > engine.MIN_PREFIX
-    kw = dict(soft=soft, max_new_tokens=12, stop=("\n",), batch_size=3)
+    kw = {"soft": soft, "max_new_tokens": 12, "stop": ("\n",), "batch_size": 3}
     plain = engine.generate(lm, seqs, prefix_cache=False, **kw)
     cached = engine.generate(lm, seqs, prefix_cache=True, **kw)
     assert cached == plain
@@ -39,14 +39,14 @@ def test_prefix_cache_with_soft_prompt_only(lm):
     seqs = [lm.tokenizer(q, add_special_tokens=False).input_ids for q in QUESTIONS]  # no shared tokens
     assert engine.common_prefix_len(seqs) == 0
     soft = _soft(lm, 9)
-    kw = dict(soft=soft, max_new_tokens=8, batch_size=4)
+    kw = {"soft": soft, "max_new_tokens": 8, "batch_size": 4}
     assert engine.generate(lm, seqs, prefix_cache=True, **kw) == engine.generate(lm, seqs, prefix_cache=False, **kw)
 
 
 @pytest.mark.parametrize("with_soft", [False, True])
 def test_prefix_cache_loglik_identical(lm, with_soft):
     seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
-    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
     single = [[tok(" " + c) for c in "ABCD"] for _ in seqs]
     multi = [[tok(" yes"), tok(" no"), tok(" a b c")] for _ in seqs]
     for options in (single, multi):
@@ -69,7 +69,7 @@ def test_length_batches_return_results_in_caller_order(lm):
     together = engine.generate(lm, seqs, max_new_tokens=6, batch_size=3)
     alone = [engine.generate(lm, [s], max_new_tokens=6, prefix_cache=False)[0] for s in seqs]
     assert together == alone
-    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
     options = [[tok(" A"), tok(" B")] for _ in seqs]
     batched = engine.option_logprobs(lm, seqs, options, batch_size=3)
     single = [engine.option_logprobs(lm, [s], [o], prefix_cache=False)[0] for s, o in zip(seqs, options)]
@@ -86,7 +86,7 @@ def test_length_grouped_tuning_plan_is_deterministic_and_keeps_items():
     assert [len(b) for b in grouped] == [len(b) for b in plan]
     for w in range(0, 12, 4):
         assert sorted(i for b in grouped[w:w + 4] for i in b) == sorted(i for b in plan[w:w + 4] for i in b)
-    spread = lambda p: sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in p)  # noqa: E731
+    spread = lambda p: sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in p)
     assert spread(grouped) < spread(plan)
     assert engine.length_grouped(plan, lengths.__getitem__, window=1) == plan
 
@@ -118,7 +118,7 @@ def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
     auto = engine.generate(lm, seqs, max_new_tokens=5, batch_size="auto", max_batch_size=3)
     assert seen and max(seen) <= 3
     assert auto == engine.generate(lm, seqs, max_new_tokens=5, batch_size=8)
-    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids  # noqa: E731
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
     options = [[tok(" A"), tok(" B")] for _ in seqs]
     torch.testing.assert_close(
         torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=0, max_batch_size=2)),
@@ -126,9 +126,10 @@ def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
 
 
 def test_length_grouped_tuning_is_deterministic():
+    from tiny import format_task
+
     from softeval.prompting import Prompter
     from softeval.tune import TuneConfig, tune
-    from tiny import format_task
 
     lm = tiny_lm()
     task = format_task()
