@@ -206,8 +206,13 @@ def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | No
 @torch.no_grad()
 def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
              stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
-             prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[str]:
+             prefix_cache: bool | None = None, max_batch_size: int | None = None,
+             on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None) -> list[str]:
     """Greedy continuation of each sequence, cut at the first stop string or EOS.
+
+    ``on_first_logprobs(indices, logprobs)``: called per batch with the items' indices and the
+    log-probabilities [batch, vocab] of the first generated token, so single-token option scores
+    (MMLU letters) come from the same forward pass as the generation instead of a second one.
 
     ``prefix_cache``: None (default) caches the shared prefix when it is at least ``MIN_PREFIX``
     long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
@@ -219,7 +224,8 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + (0 if soft is None else soft.shape[0]),
                                max_batch_size, new_tokens=max_new_tokens)
     for batch in length_batches([len(s) for s in seqs], size):
-        texts = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix)
+        first = (lambda logp, b=batch: on_first_logprobs(b, logp)) if on_first_logprobs else None
+        texts = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first)
         for i, text in zip(batch, texts):
             outputs[i] = text
         if progress:
@@ -233,7 +239,8 @@ def _stop_window(lm, stop: Sequence[str]) -> int:
     return max((len(s) for s in stop), default=0) + 4
 
 
-def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None) -> list[str]:
+def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
+                    on_first=None) -> list[str]:
     inputs = _batch_inputs(lm, seqs, soft, prefix)
     cache = inputs.pop("past_key_values", None)
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
@@ -244,6 +251,8 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     tokens: list[list[int]] = [[] for _ in seqs]
     live = list(range(len(seqs)))  # rows still generating, in cache order
     logits, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
+    if on_first is not None:
+        on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
     cache = out.past_key_values
     next_pos = positions[:, -1:] + 1
     for _ in range(max_new_tokens):

@@ -156,15 +156,24 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
+    options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
+    # Single-token options (letters) are scored from the generation's own first forward pass.
+    single = options is not None and all(len(o) == 1 for opts in options for o in opts)
+    option_scores: list | None = [None] * len(prompts) if options is not None else None
+
+    def keep_first(indices: list[int], logprobs) -> None:
+        for slot, i in enumerate(indices):
+            option_scores[i] = [float(logprobs[slot, o[0]]) for o in options[i]]
+
     with progress_bar(console) as bar:
         bar_id = bar.add_task(f"{method}: generating", total=len(prompts))
         outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                  batch_size=cfg.eval_batch_size, progress=lambda n: bar.advance(bar_id, n))
-        option_scores = None
-        if task.multiple_choice:
+                                  batch_size=cfg.eval_batch_size, progress=lambda n: bar.advance(bar_id, n),
+                                  on_first_logprobs=keep_first if single else None)
+        if options is not None and not single:
             ll_id = bar.add_task(f"{method}: log-likelihood", total=len(prompts))
-            option_scores = engine.option_logprobs(lm, prompts, [prompter.option_ids(e) for e in job.items],
-                                                   soft=soft, batch_size=cfg.eval_batch_size,
+            option_scores = engine.option_logprobs(lm, prompts, options, soft=soft,
+                                                   batch_size=cfg.eval_batch_size,
                                                    progress=lambda n: bar.advance(ll_id, n))
     samples = []
     for i, (example, output) in enumerate(zip(job.items, outputs)):
