@@ -98,3 +98,23 @@ def test_init_options(lm):
     torch.testing.assert_close(a, b)
     with pytest.raises(UserError, match="unknown soft-prompt init"):
         SoftPrompt.initialise(lm, 6, "zeros")
+
+
+def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
+    """A SentencePiece-BPE vocabulary loaded as Unigram splits words; the rebuilt BPE keeps them whole."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    from softeval.models import bpe_from_ranked_unigram
+
+    pieces = ["<unk>", "▁", "c", "a", "p", "i", "t", "l", "ca", "ap", "it", "al", "cap", "ital", "capital", "▁capital"]
+    # Scores are merge ranks: lower ids merge first, as in a GGUF converted from SentencePiece BPE.
+    vocab = [(p, 0.0 if len(p) == 1 or p.startswith("<") else -float(i)) for i, p in enumerate(pieces)]
+    core = Tokenizer(models.Unigram(vocab, unk_id=0))
+    core.normalizer = normalizers.Replace(" ", "▁")
+    core.decoder = decoders.Replace("▁", " ")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+    split = tok(" capital", add_special_tokens=False).input_ids
+    assert len(split) > 1  # the Unigram reading prefers short pieces with higher scores
+    bpe_from_ranked_unigram(tok)
+    assert tok.convert_ids_to_tokens(tok(" capital", add_special_tokens=False).input_ids) == ["▁capital"]

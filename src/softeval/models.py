@@ -7,6 +7,7 @@ per-architecture code.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,7 +33,10 @@ class Preset:
     packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
     gguf_name: str
     params: int = 0  # counted from the dequantised weights (tied embeddings counted once)
-    chunked: bool = False  # the GGUF file is split across the packages' data/ folders
+    chunked: bool = False
+    # The GGUF holds a SentencePiece BPE vocabulary whose scores are merge ranks; transformers turns it
+    # into a Unigram model that splits words into pieces ("capital" -> "c", "ap", "it", "al").
+    spm_bpe_tokenizer: bool = False  # the GGUF file is split across the packages' data/ folders
     tokenizer_fixes: dict = field(default_factory=dict)
 
 
@@ -58,9 +62,11 @@ PRESETS: dict[str, Preset] = {
         gguf_name="gemma-3-270m-q4_k_m.gguf",
         params=268_098_176,
         chunked=True,
+        spm_bpe_tokenizer=True,
     ),
 }
 
+CACHE_VERSION = 2  # bump when the cached conversion of a preset changes
 _POST_TRAINED_NAME = re.compile(r"(instruct|chat|[-_]it\b|[-_]it[-_]|sft|dpo|rlhf|orpo|kto)", re.IGNORECASE)
 
 
@@ -167,10 +173,12 @@ def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
 
     Dequantising GGUF takes 20-50 s on every load; the saved copy loads in a few seconds.
     """
-    saved = cache_root() / "models" / preset.name
+    saved = cache_root() / "models" / f"{preset.name}-v{CACHE_VERSION}"
     if not (saved / "config.json").exists():
         gguf = preset_gguf_path(preset)
         model, tokenizer = _from_pretrained(str(gguf.parent), gguf.name, torch.float32, None)
+        if preset.spm_bpe_tokenizer:
+            bpe_from_ranked_unigram(tokenizer)
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
@@ -182,6 +190,36 @@ def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
         else:
             tmp.rename(saved)
     return _from_pretrained(str(saved), None, dtype, device_map)
+
+
+def bpe_from_ranked_unigram(tokenizer) -> None:
+    """Rebuild a SentencePiece-BPE tokenizer that was loaded as Unigram, in place.
+
+    The scores of such a vocabulary are merge priorities, not log-probabilities, so the merges are
+    recovered the way SentencePiece BPE models are converted: every split of a piece into two
+    pieces of the vocabulary is a merge, ordered by the score of the merged piece.
+    """
+    from tokenizers import models
+
+    backend = tokenizer.backend_tokenizer
+    spec = json.loads(backend.to_str())["model"]
+    if spec.get("type") != "Unigram":
+        return
+    pieces = spec["vocab"]
+    vocab = {piece: i for i, (piece, _) in enumerate(pieces)}
+    score = dict(pieces)
+    merges = []
+    for piece in vocab:
+        if len(piece) < 2 or (piece.startswith("<") and piece.endswith(">")):
+            continue
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in vocab and right in vocab:
+                merges.append((left, right, piece))
+    merges.sort(key=lambda m: (-score[m[2]], vocab[m[0]], vocab[m[1]]))
+    unk = tokenizer.unk_token if tokenizer.unk_token in vocab else None
+    backend.model = models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], byte_fallback=True,
+                               fuse_unk=True, unk_token=unk)
 
 
 def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: str | None = None) -> LoadedModel:
