@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 import torch
 
 from softeval import engine
@@ -74,12 +76,16 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path):
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
     items = task.load().tune
-    full = tune(lm, prompter, items[4:], items[:4], TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4))
-    # Interrupted after step 3 (a checkpoint is written at each curve point), then resumed.
-    tune(lm, prompter, items[4:], items[:4], TuneConfig(num_tokens=3, steps=3, curve_every=3, curve_items=4),
-         checkpoint=tmp_path)
-    resumed = tune(lm, prompter, items[4:], items[:4],
-                   TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4), checkpoint=tmp_path)
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+
+    def interrupt(step, loss):
+        if step == 4:
+            raise KeyboardInterrupt  # the checkpoint of step 3 (a curve point) is on disk
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path, on_step=interrupt)
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight)
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
 

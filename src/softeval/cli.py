@@ -47,6 +47,8 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=C.batch_size, help="tuning batch (default %(default)s)")
     p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps")
     p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point")
+    p.add_argument("--length-group", type=int, default=C.length_group,
+                   help="regroup each window of this many tuning batches by length, less padding (1: off)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,6 +47,7 @@ class RunConfig:
     eval_batch_size: int = 16
     curve_every: int = 10
     curve_items: int = 16
+    length_group: int = 1
     device: str = "auto"
     dtype: str = "auto"
     kind: str | None = None
@@ -210,6 +211,7 @@ def tune_soft_prompt(job: Job, partial: Path):
     cfg, console = job.config, job.console
     tcfg = TuneConfig(num_tokens=cfg.tokens, init=cfg.init, steps=cfg.steps, batch_size=cfg.batch_size,
                       lr=cfg.lr, seed=cfg.seed, curve_every=cfg.curve_every, curve_items=cfg.curve_items,
+                      length_group=cfg.length_group,
                       eval_batch_size=cfg.eval_batch_size)
     with progress_bar(console) as bar:
         bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)

@@ -21,7 +21,8 @@ from softeval.models import slug
 
 # Options that change a run's numbers: a finished run with other values is a different run.
 IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", "shots", "tokens", "lr",
-                 "init", "chat_template", "soft_prompt", "dtype", "batch_size", "skip_bad_rows")
+                 "init", "chat_template", "soft_prompt", "dtype", "batch_size", "skip_bad_rows",
+                 "length_group")
 
 
 def now() -> str:

@@ -36,7 +36,10 @@ class TuneConfig:
     curve_every: int = 10
     curve_items: int = 16
     eval_batch_size: int = 16
-    length_group: int = 1  # >1: regroup each window of this many seeded batches by length (less padding)
+    # >1: regroup each window of this many seeded batches by length. On MMLU's tuning split, 8 cuts
+    # the padded tokens per step from 2.2x to 1.24x the real ones, but it also puts an item drawn
+    # twice in a window into one batch and slowed format learning on the toy task: off by default.
+    length_group: int = 1
 
 
 @dataclass
