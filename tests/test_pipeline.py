@@ -3,11 +3,11 @@
 import json
 
 import pytest
+from tiny import format_task, tiny_lm
 
 from softeval import cli, tasks
 from softeval.errors import UserError
 from softeval.pipeline import RunConfig, run_job
-from tiny import format_task, tiny_lm
 
 
 @pytest.fixture

@@ -3,14 +3,13 @@
 import math
 
 import pytest
-
 import torch
+from tiny import format_task
 
 from softeval import engine
 from softeval.prompting import Prompter
 from softeval.scoring import score_output
 from softeval.tune import TuneConfig, batches, tune
-from tiny import format_task
 
 
 def _format_rate(lm, prompter, items, soft):

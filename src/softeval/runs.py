@@ -13,7 +13,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from softeval.errors import UserError
@@ -26,7 +26,7 @@ IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", 
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class RunFolder:
     final: Path
 
     @classmethod
-    def at(cls, out: str | Path, model: str, task: str, method: str, seed: int) -> "RunFolder":
+    def at(cls, out: str | Path, model: str, task: str, method: str, seed: int) -> RunFolder:
         out = Path(out)
         return cls(out, out / slug(model) / slug(task) / method / f"seed{seed}")
 

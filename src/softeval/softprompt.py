@@ -34,7 +34,7 @@ class SoftPrompt(torch.nn.Module):
         return self.weight.shape[0]
 
     @classmethod
-    def initialise(cls, lm, num_tokens: int = 10, how: str = "vocab", seed: int = 0) -> "SoftPrompt":
+    def initialise(cls, lm, num_tokens: int = 10, how: str = "vocab", seed: int = 0) -> SoftPrompt:
         """``vocab``: embeddings of randomly sampled (non-special) vocabulary tokens; ``random``:
         Gaussian with the embedding table's scale; ``text:...``: embeddings of that text's tokens,
         repeated or cut to ``num_tokens``."""
@@ -92,7 +92,7 @@ class SoftPrompt(torch.nn.Module):
         (folder / SOFTEVAL_META).write_text(json.dumps(meta, indent=2))
 
     @classmethod
-    def load(cls, folder: str | Path, lm) -> "SoftPrompt":
+    def load(cls, folder: str | Path, lm) -> SoftPrompt:
         """Read a PEFT prompt-tuning adapter and check that it fits ``lm``."""
         folder = Path(folder)
         weights = folder / ADAPTER_WEIGHTS
