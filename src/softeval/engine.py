@@ -362,15 +362,8 @@ def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], 
     """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
     flowing to the soft prompt; logits are computed only at the positions that predict targets."""
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
-    keep = max(len(t) for t in targets) + 1
-    logits, _ = forward_last(lm, build_inputs(lm, seqs, soft), keep)
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    total, count = logp.new_zeros(()), 0
-    for row, tgt in enumerate(targets):
-        span = logp[row, keep - 1 - len(tgt):]
-        total = total - span.gather(-1, torch.tensor(tgt, device=span.device)[:, None]).sum()
-        count += len(tgt)
-    return total / count
+    per_token = continuation_logprobs(lm, seqs, targets, soft)
+    return -torch.cat(per_token).sum() / sum(len(t) for t in targets)
 
 
 def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,

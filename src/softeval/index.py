@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,13 +180,14 @@ def connect(out_root: Path) -> sqlite3.Connection:
             time.sleep(0.05)
 
 
-def record_run(out_root: Path, run_dir: Path) -> None:
-    """Add or replace one finished run in the index; called by the run writer after the rename."""
-    run = check_run(Path(out_root), Path(run_dir))
+@contextmanager
+def _writing(out_root: Path):
+    """One write transaction, taken at once (BEGIN IMMEDIATE) so concurrent writers queue on the
+    busy timeout instead of failing halfway; rolled back on any error."""
     conn = connect(out_root)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        _upsert(conn, run)
+        yield conn
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -193,24 +195,22 @@ def record_run(out_root: Path, run_dir: Path) -> None:
         raise
     finally:
         conn.close()
+
+
+def record_run(out_root: Path, run_dir: Path) -> None:
+    """Add or replace one finished run in the index; called by the run writer after the rename."""
+    run = check_run(Path(out_root), Path(run_dir))
+    with _writing(out_root) as conn:
+        _upsert(conn, run)
 
 
 def rebuild(out_root: Path) -> RebuildReport:
     """Replace the index's contents with what the folders hold, in one transaction."""
     report = scan(Path(out_root))
-    conn = connect(out_root)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
+    with _writing(out_root) as conn:
         conn.execute("DELETE FROM runs")
         for run in report.runs:
             _upsert(conn, run)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.close()
     return report
 
 

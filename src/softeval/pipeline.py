@@ -193,8 +193,9 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
+    found = versions()
     results = {
-        "softeval_version": versions()["softeval"],
+        "softeval_version": found["softeval"],
         "model": cfg.model, "model_kind": lm.kind, "model_kind_source": lm.kind_source,
         "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
         "metrics": aggregate(samples),
@@ -204,11 +205,9 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "truncated_prompts": truncated,
         "tuning": tuning,
         "config": identity,
-        "versions": versions(), "git": git_hash(),
+        "versions": found, "git": git_hash(),
         "started_at": started, "finished_at": now(), "wall_seconds": round(time.time() - t0, 2),
     }
-    if job.splits.note:
-        console.print(f"[yellow]note:[/yellow] {job.splits.note}")
     final = folder.finish(results, samples, curve)
     console.print(f"{method}: wrote {final}")
     return results
