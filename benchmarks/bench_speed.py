@@ -12,7 +12,7 @@ What is timed: softeval = tokenizing the prompts + ``engine.generate`` / ``engin
 lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
 task YAML (written to a temp dir, reading the same items from a local JSONL), i.e. lm-eval's own
 tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
-softeval = ``engine.target_loss`` + backward + AdamW (the body of ``softeval.tune.tune``); PEFT =
+softeval = ``engine.target_loss_backward`` + AdamW (the body of ``softeval.tune.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
 prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens.
 """
@@ -158,16 +158,21 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
     opt = torch.optim.AdamW([soft.weight], lr=3e-2)
 
-    def se_step(batch):
-        loss = engine.target_loss(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch], soft.weight)
+    def se_step(batch, max_pass_tokens=None):
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = engine.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
+                                           soft.weight, max_pass_tokens)
         opt.step()
-        return float(loss)
+        return loss
 
-    def pad_stats(p):
+    budget = engine.tuning_pass_tokens(lm)
+
+    def pad_stats(p):  # real and padded tokens of the forward passes (a batch split as the engine splits it)
         real = sum(lengths(i) for b in p for i in b)
-        padded = sum(max(lengths(i) for i in b) * len(b) for b in p)
+        padded = 0
+        for b in p:
+            for rows in engine.tuning_passes([lengths(i) for i in b], budget):
+                padded += max(lengths(b[r]) for r in rows) * len(rows)
         return real, padded
 
     # Phase 1: softeval alone (its peak RSS), plain plan and length-grouped plan.
@@ -182,6 +187,13 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
                  f"tokens {real_g}, padded {padded_g}"))
     result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
+    result["tune_pass_tokens"] = budget
+    # The batch in one forward pass (no split): more memory (measured after the peak above).
+    _, t_whole = timed(lambda: [se_step(b, max_pass_tokens=10**9) for b in plan[:steps]])
+    rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
+                 f"padded {sum(max(lengths(i) for i in b) * len(b) for b in plan[:steps])}; "
+                 "not the default: memory grows with batch x longest row"))
+    result["tune_split_gain"] = round(t_whole / t_plain, 3)
 
     # Phase 2: PEFT vs softeval, interleaved step by step, same batches (the seeded plan).
     peft_model = get_peft_model(lm.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
@@ -305,6 +317,24 @@ def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
     return t_off / t_on
 
 
+def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows, max_new_tokens=None):
+    """softeval with its in-place growing KV cache vs transformers' DynamicCache (torch.cat per step)."""
+    seqs = [prompter.ids(e, method) for e in items]
+    kw = {"max_new_tokens": max_new_tokens or task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
+
+    def run(growing: bool):
+        engine.GROWING_CACHE = growing
+        try:
+            return engine.generate(lm, seqs, **kw)
+        finally:
+            engine.GROWING_CACHE = True
+
+    (a, b), (t_on, t_off) = interleave(2, lambda: run(True), lambda: run(False), False)
+    rows.append((f"ablation {task.name} {method}: growing cache vs DynamicCache", f"{t_off / t_on:.2f}x",
+                 f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}; identical {sum(x == y for x, y in zip(a, b))}/{len(a)}"))
+    return t_off / t_on
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small item counts; under 10 minutes on 2 CPU cores")
@@ -398,6 +428,10 @@ def main(argv=None) -> int:
                                                       items[name][:cfg["ablation_items"]], method, args.batch_size,
                                                       rows), 3)
             for name, method in cfg["ablation"]}
+        log(f"ablation: growing cache ({time.time() - started:.0f}s)")
+        result["growing_cache_gain"] = round(ablation_growing_cache(
+            lm, tasks["gsm8k"], prompters["gsm8k"], items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
+            args.batch_size, rows, max_new_tokens=cfg["max_new_tokens"]), 3)
     result["seconds"] = round(time.time() - started, 1)
     result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
                         f"torch={torch.__version__} threads={args.threads}".strip()

@@ -139,3 +139,51 @@ def test_length_grouped_tuning_is_deterministic():
     b = tune(lm, prompter, task.load().tune, [], cfg)
     torch.testing.assert_close(a.soft.weight, b.soft.weight)
     assert a.steps_run == 4 and a.config["length_group"] == 2
+
+
+def test_tuning_passes_fit_budget_and_cover_batch():
+    lengths = [50, 10, 30, 12, 200, 11, 29, 31]
+    passes = engine.tuning_passes(lengths, max_tokens=64)
+    assert sorted(i for p in passes for i in p) == list(range(len(lengths)))
+    for p in passes:
+        assert len(p) == 1 or len(p) * max(lengths[i] for i in p) <= 64
+    assert [4] in passes  # a row longer than the budget gets a pass of its own
+    assert engine.tuning_passes(lengths, max_tokens=10_000) == [sorted(range(8), key=lambda i: lengths[i])]
+
+
+@pytest.mark.parametrize("max_pass_tokens", [1, 40, 10_000])
+def test_split_backward_gives_whole_batch_gradient(lm, max_pass_tokens):
+    seqs = _seqs(lm)
+    prompts = [s[:-2] for s in seqs]
+    targets = [s[-2:] + [lm.tokenizer.eos_token_id] * (k % 3) for k, s in enumerate(seqs)]
+    whole = _soft(lm).requires_grad_(True)
+    loss = engine.target_loss(lm, prompts, targets, whole)
+    loss.backward()
+    split = _soft(lm).requires_grad_(True)
+    split_loss = engine.target_loss_backward(lm, prompts, targets, split, max_pass_tokens=max_pass_tokens)
+    assert split_loss == pytest.approx(float(loss.detach()), rel=1e-5)
+    torch.testing.assert_close(split.grad, whole.grad, atol=1e-6, rtol=1e-4)
+    assert all(not p.requires_grad or p.grad is None for p in lm.model.parameters())
+
+
+@pytest.mark.parametrize("with_soft", [False, True])
+def test_growing_cache_matches_dynamic_cache(lm, monkeypatch, with_soft):
+    seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
+    kw = {"soft": soft, "max_new_tokens": 70, "stop": (), "batch_size": 3}
+    growing = [engine.generate(lm, seqs, prefix_cache=p, **kw) for p in (False, True)]
+    monkeypatch.setattr(engine, "GROWING_CACHE", False)
+    dynamic = [engine.generate(lm, seqs, prefix_cache=p, **kw) for p in (False, True)]
+    assert growing == dynamic
+    assert max(len(lm.tokenizer(t).input_ids) for t in dynamic[0]) > 60  # rows run past the first buffer's room
+
+
+def test_growing_layer_keeps_rows_after_select():
+    layer = engine.GrowingLayer()
+    k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float).reshape(2, 1, 3, 2)
+    layer.update(k, -k)
+    layer.batch_select_indices(torch.tensor([1]))
+    new = torch.full((1, 1, 1, 2), 7.0)
+    keys, values = layer.update(new, -new)
+    torch.testing.assert_close(keys, torch.cat([k[1:], new], dim=2))
+    torch.testing.assert_close(values, -torch.cat([k[1:], new], dim=2))
+    assert layer.get_seq_length() == 4

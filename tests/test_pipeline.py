@@ -1,8 +1,10 @@
 """End to end on a tiny model: run folders, determinism, resume/skip rules, bad input."""
 
+import io
 import json
 
 import pytest
+from rich.console import Console
 from tiny import format_task, tiny_lm
 
 from softeval import cli, tasks
@@ -25,7 +27,10 @@ def _config(out, **kw):
 
 
 def test_run_writes_three_run_folders(toy, tmp_path):
-    results = run_job(_config(tmp_path), lm=tiny_lm())
+    console = Console(file=io.StringIO(), width=200)  # not a terminal: no live bar, curve lines instead
+    results = run_job(_config(tmp_path), console=console, lm=tiny_lm())
+    log = console.file.getvalue()
+    assert "step 3/6: loss" in log and "step 6/6: loss" in log
     assert [r["method"] for r in results] == ["zero-shot", "few-shot", "soft-prompt"]
     for method in ("zero-shot", "few-shot", "soft-prompt"):
         folder = tmp_path / "tiny-0" / "toyformat" / method / "seed0"

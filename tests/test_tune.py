@@ -78,8 +78,8 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path):
     cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
     full = tune(lm, prompter, items[4:], items[:4], cfg)
 
-    def interrupt(step, loss):
-        if step == 4:
+    def interrupt(point):
+        if point["step"] == 4:
             raise KeyboardInterrupt  # the checkpoint of step 3 (a curve point) is on disk
 
     with pytest.raises(KeyboardInterrupt):

@@ -14,6 +14,10 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
   ``[pads][soft][prefix][suffix]``.
 - generation drops finished rows from the batch and the KV cache and checks stop strings on the
   decoded tail of each row only (one full decode per row at the end).
+- the KV cache of full-attention models grows in place (``GrowingLayer``: a buffer with spare room,
+  doubled when full) instead of concatenating the whole cache at every decoding step.
+- tuning splits a batch into forward passes that fit a memory budget (shortest rows together) and
+  accumulates their gradients: the same gradient as one pass, a fraction of the memory.
 - ``batch_size=0`` (or ``"auto"``) picks a batch size that fits the free memory (CPU or CUDA),
   never above ``max_batch_size``.
 """
@@ -24,6 +28,7 @@ import inspect
 from collections.abc import Callable, Sequence
 
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from softeval.softprompt import build_inputs
 
@@ -122,14 +127,68 @@ def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
+GROWING_CACHE = True  # False: transformers' DynamicCache (a torch.cat of the whole cache per step)
+
+
+class GrowingLayer(DynamicLayer):
+    """A full-attention cache layer that writes new keys and values in place into a buffer with
+    spare room (doubled when full) instead of concatenating the whole cache at every step;
+    ``keys`` / ``values`` are views of the filled part."""
+
+    def __init__(self):
+        super().__init__()
+        self._k = self._v = None
+
+    def update(self, key_states, value_states, cache_kwargs=None):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states)
+        n, add = self.get_seq_length(), key_states.shape[-2]
+        if self._k is None or n + add > self._k.shape[-2]:
+            room = max(n + add, 2 * n, 64)
+            k = key_states.new_empty((*key_states.shape[:2], room, key_states.shape[-1]))
+            v = value_states.new_empty((*value_states.shape[:2], room, value_states.shape[-1]))
+            if n:
+                k[:, :, :n], v[:, :, :n] = self.keys, self.values
+            self._k, self._v = k, v
+        self._k[:, :, n:n + add] = key_states
+        self._v[:, :, n:n + add] = value_states
+        self.keys, self.values = self._k[:, :, :n + add], self._v[:, :, :n + add]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self._k is not None:
+            n = self.get_seq_length()
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+
+def full_attention(model) -> bool:
+    """True when every layer attends to the whole context (no sliding window layers)."""
+    cfg = getattr(model.config, "text_config", model.config)
+    return not (getattr(cfg, "sliding_window", None)
+                or any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ()))
+
+
+def new_cache(model, legacy=None):
+    """An empty (or prefilled from ``((k, v), ...)``) KV cache for ``model``: growing in place for
+    full-attention models, None (the model's own default cache) otherwise."""
+    if not (GROWING_CACHE and full_attention(model)):
+        if legacy is None:
+            return None
+        return DynamicCache.from_legacy_cache(legacy)
+    cache = Cache(layer_class_to_replicate=GrowingLayer)
+    for idx, (k, v) in enumerate(legacy or ()):
+        cache.update(k, v, idx)
+    return cache
+
+
 def _cache_is_plain(model, cache) -> bool:
     """Only plain (full attention) dynamic caches can be expanded and shared safely."""
-    cfg = getattr(model.config, "text_config", model.config)
-    if getattr(cfg, "sliding_window", None) or any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ()):
+    if not full_attention(model):
         return False
     layers = getattr(cache, "layers", None)
     if layers is not None:
-        return all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+        return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in layers)
     return hasattr(cache, "key_cache")
 
 
@@ -150,11 +209,8 @@ class SharedPrefix:
         else:  # legacy tuple
             self.kv = [tuple(layer[:2]) for layer in cache]
 
-    def expanded(self, batch: int):
-        from transformers import DynamicCache
-
-        legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
-        return DynamicCache.from_legacy_cache(legacy)
+    def expanded(self, batch: int, model):
+        return new_cache(model, tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv))
 
 
 def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
@@ -191,7 +247,7 @@ def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix.length:]
     return {"inputs_embeds": embed(ids), "attention_mask": mask, "position_ids": positions,
-            "past_key_values": prefix.expanded(len(suffixes))}
+            "past_key_values": prefix.expanded(len(suffixes), lm.model)}
 
 
 def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
@@ -243,6 +299,8 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
                     on_first=None) -> list[str]:
     inputs = _batch_inputs(lm, seqs, soft, prefix)
     cache = inputs.pop("past_key_values", None)
+    if cache is None:
+        cache = new_cache(lm.model)
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
     device = mask.device
     eos = set(lm.eos_ids or ())
@@ -364,6 +422,49 @@ def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], 
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
     per_token = continuation_logprobs(lm, seqs, targets, soft)
     return -torch.cat(per_token).sum() / sum(len(t) for t in targets)
+
+
+def tuning_passes(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Split one tuning batch into forward passes of at most ``max_tokens`` padded tokens (rows x
+    longest row; a single longer row gets a pass of its own). Rows are taken shortest first, so
+    each pass pads only to rows of similar length."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    passes: list[list[int]] = []
+    for i in order:
+        if passes and (len(passes[-1]) + 1) * lengths[i] <= max_tokens:
+            passes[-1].append(i)
+        else:
+            passes.append([i])
+    return passes
+
+
+# Memory one tuning forward pass may hold on CPU (activations kept for backward); on CUDA a
+# fraction of the free device memory.
+CPU_TUNING_PASS_BYTES = 1 << 30
+
+
+def tuning_pass_tokens(lm, fraction: float = 0.4) -> int:
+    """Padded tokens per tuning forward pass that fit the memory budget (estimate of
+    ``bytes_per_row`` with every layer's activations kept)."""
+    per_token = max(1, bytes_per_row(lm, 1, training=True))
+    budget = _free_bytes(lm.device) * fraction if lm.device.type == "cuda" else CPU_TUNING_PASS_BYTES
+    return max(1, int(budget // per_token))
+
+
+def target_loss_backward(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor,
+                         max_pass_tokens: int | None = None) -> float:
+    """``target_loss(...).backward()`` done in several forward/backward passes that each fit the
+    memory budget: gradients accumulate into ``soft.grad`` and equal those of the whole batch at
+    once (each pass is weighted by its share of the batch's target tokens). Returns the loss."""
+    budget = max_pass_tokens or tuning_pass_tokens(lm)
+    total = sum(len(t) for t in targets)
+    loss = 0.0
+    for rows in tuning_passes([len(p) + len(t) for p, t in zip(prompts, targets)], budget):
+        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft)
+        part = part * (sum(len(targets[r]) for r in rows) / total)
+        part.backward()
+        loss += float(part.detach())
+    return loss
 
 
 def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,

@@ -222,8 +222,11 @@ def tune_soft_prompt(job: Job, partial: Path):
     with progress_bar(console) as bar:
         bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)
 
-        def on_step(step: int, loss: float) -> None:
-            bar.update(bar_id, completed=step, description=f"tuning soft prompt (loss {loss:.3f})")
+        def on_step(point: dict) -> None:
+            bar.update(bar_id, completed=point["step"], description=f"tuning soft prompt (loss {point['loss']:.3f})")
+            if point["format_rate"] is not None:  # a line per curve point, also in logs without a live bar
+                console.print(f"step {point['step']}/{cfg.steps}: loss {point['loss']:.3f}, held-out tuning "
+                              f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
 
         result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step)
     if result.stopped_early:

@@ -40,6 +40,9 @@ class TuneConfig:
     # the padded tokens per step from 2.2x to 1.24x the real ones, but it also puts an item drawn
     # twice in a window into one batch and slowed format learning on the toy task: off by default.
     length_group: int = 1
+    # Padded tokens per forward pass: a batch is split into passes that fit memory (shortest rows
+    # together), gradients accumulated; the same gradient as one pass. 0 = from the memory budget.
+    pass_tokens: int = 0
 
 
 @dataclass
@@ -86,7 +89,8 @@ def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_si
 
 def tune(lm, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
          checkpoint: Path | None = None, on_step=None) -> TuneResult:
-    """Run the tuning loop; ``on_step(step, loss)`` is called after every step (progress bars)."""
+    """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
+    (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored)."""
     started = time.time()
     torch.manual_seed(config.seed)
     device = lm.device
@@ -116,20 +120,19 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
             if i not in prompts:
                 prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
         previous = soft.weight.detach().clone()
-        loss = engine.target_loss(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch], soft.weight)
-        if not torch.isfinite(loss):
-            soft.weight.data.copy_(previous)
-            stopped = f"loss became {float(loss.detach())} at step {step + 1}; kept the soft prompt of step {step}"
-            break
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = engine.target_loss_backward(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
+                                           soft.weight, config.pass_tokens or None)
+        if not math.isfinite(loss):
+            stopped = f"loss became {loss} at step {step + 1}; kept the soft prompt of step {step}"
+            break
         optimizer.step()
         if not torch.isfinite(soft.weight).all():
             soft.weight.data.copy_(previous)
             stopped = f"soft prompt became non-finite at step {step + 1}; kept the one of step {step}"
             break
         step += 1
-        last_loss = float(loss.detach())
+        last_loss = loss
         point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
         if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
             point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size))
@@ -137,7 +140,7 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
                 _save_state(state_file, soft, optimizer, step, curve + [point], last_loss)
         curve.append(point)
         if on_step:
-            on_step(step, last_loss)
+            on_step(point)
     return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
                       stopped, time.time() - started, asdict(config))
 
