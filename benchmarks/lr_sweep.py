@@ -44,12 +44,16 @@ def main() -> None:
         result = tune(lm, prompter, train, curve_items,
                       TuneConfig(steps=args.steps, lr=lr, seed=args.seed, curve_every=args.curve_every,
                                  curve_items=args.curve_items))
-        points = [(p["step"], p["format_rate"], p["accuracy"]) for p in result.curve if p["format_rate"] is not None]
+        points = [(p["step"], p["format_rate"], p["accuracy"], p["loss"]) for p in result.curve
+                  if p["format_rate"] is not None]
         summary = result.summary()
-        print(f"lr={lr:g}: final loss {result.final_loss:.3f}, format>=0.9 at step {summary['format_0.9_step']}, "
+        losses = [p["loss"] for p in result.curve if p["loss"] is not None]
+        tail = sum(losses[-10:]) / max(1, len(losses[-10:]))
+        print(f"lr={lr:g}: mean loss of the last 10 steps {tail:.3f}, format>=0.9 at step {summary['format_0.9_step']}, "
               f"{time.time() - started:.0f}s")
-        print("   step/format/accuracy: " + "  ".join(f"{s}:{f:.2f}/{a:.2f}" for s, f, a in points), flush=True)
-        rows.append({"lr": lr, "final_loss": result.final_loss, "format_0.9_step": summary["format_0.9_step"],
+        print("   step: format/accuracy/loss  " + "  ".join(
+            f"{s}: {f:.2f}/{a:.2f}/{'-' if loss is None else f'{loss:.2f}'}" for s, f, a, loss in points), flush=True)
+        rows.append({"lr": lr, "final_loss": result.final_loss, "last10_loss": round(tail, 4), "format_0.9_step": summary["format_0.9_step"],
                      "curve": points, "seconds": round(time.time() - started, 1)})
     print(json.dumps({"model": args.model, "task": args.task, "steps": args.steps, "runs": rows}))
 

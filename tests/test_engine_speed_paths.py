@@ -187,3 +187,10 @@ def test_growing_layer_keeps_rows_after_select():
     torch.testing.assert_close(keys, torch.cat([k[1:], new], dim=2))
     torch.testing.assert_close(values, -torch.cat([k[1:], new], dim=2))
     assert layer.get_seq_length() == 4
+
+
+def test_tuning_pass_tokens_follow_the_memory_budget(lm, monkeypatch):
+    base = engine.tuning_pass_tokens(lm)
+    assert base >= 1
+    monkeypatch.setattr(engine, "CPU_TUNING_PASS_BYTES", engine.CPU_TUNING_PASS_BYTES * 4)
+    assert engine.tuning_pass_tokens(lm) == pytest.approx(4 * base, rel=0.01)

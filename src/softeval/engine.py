@@ -446,7 +446,7 @@ CPU_TUNING_PASS_BYTES = 1 << 30
 def tuning_pass_tokens(lm, fraction: float = 0.4) -> int:
     """Padded tokens per tuning forward pass that fit the memory budget (estimate of
     ``bytes_per_row`` with every layer's activations kept)."""
-    per_token = max(1, bytes_per_row(lm, 1, training=True))
+    per_token = max(1, bytes_per_row(lm, 512, keep=0, training=True) // 512)  # head: target positions only
     budget = _free_bytes(lm.device) * fraction if lm.device.type == "cuda" else CPU_TUNING_PASS_BYTES
     return max(1, int(budget // per_token))
 
