@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import platform
 import resource
@@ -33,6 +34,8 @@ from pathlib import Path
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and datasets' per-call bars would bury the rows
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
@@ -47,11 +50,11 @@ from softeval.tune import batches as tune_batches
 
 MODES = {
     # quick: tuning items up to 192 tokens, GSM8K generation capped at 64 new tokens on both sides
-    "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 16, "tune_steps": 2, "group_window": 2, "tune_max_len": 192, "max_new_tokens": 64,
-                  "rounds": 1, "ablation_items": 4,
-                  "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"))},
+    "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 8, "tune_steps": 2, "group_window": 2, "tune_max_len": 192, "max_new_tokens": 64,
+                  "rounds": 1, "ablation_items": 4, "tune_ablations": False,
+                  "ablation": (("mmlu", "few-shot"),)},
     "full": {"mmlu": 64, "gsm8k": 24, "loglik": 128, "tune_steps": 12, "group_window": 4, "tune_max_len": None,
-                 "max_new_tokens": None, "rounds": 2, "ablation_items": 16,
+                 "max_new_tokens": None, "rounds": 2, "ablation_items": 16, "tune_ablations": True,
                  "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "zero-shot"), ("gsm8k", "few-shot"))},
 }
 
@@ -78,6 +81,8 @@ class LmEvalSide:
     def __init__(self, lm, batch_size: int, folder: Path):
         from lm_eval.models.huggingface import HFLM
 
+        for name in ("lm_eval", "lm-eval"):  # per-task notices would bury the rows
+            logging.getLogger(name).setLevel(logging.ERROR)
         self.folder = folder
         self.hflm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size,
                          device=str(lm.device), max_length=lm.max_length)
@@ -147,7 +152,7 @@ def interleave(rounds: int, first, second, flip: bool):
 # ---- sections --------------------------------------------------------------------------------
 
 def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int, rows: list, result: dict,
-                 window: int = 4):
+                 window: int = 4, ablations: bool = True):
     from peft import PromptTuningConfig, get_peft_model
 
     plan = tune_batches(len(train), batch_size, steps + 1, seed=0)
@@ -178,22 +183,23 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     # Phase 1: softeval alone (its peak RSS), plain plan and length-grouped plan.
     se_step(plan[-1])  # warm-up
     _, t_plain = timed(lambda: [se_step(b) for b in plan[:steps]])
-    _, t_grouped = timed(lambda: [se_step(b) for b in grouped[:steps]])
-    result["peak_rss_gib"] = round(rss_gib(), 3)
     real, padded = pad_stats(plan[:steps])
-    real_g, padded_g = pad_stats(grouped[:steps])
     rows.append(("tune: softeval, seeded plan", f"{steps / t_plain:.3f} steps/s",
                  f"tokens {real}, padded {padded}"))
-    rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
-                 f"tokens {real_g}, padded {padded_g}"))
-    result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
     result["tune_pass_tokens"] = budget
-    # The batch in one forward pass (no split): more memory (measured after the peak above).
-    _, t_whole = timed(lambda: [se_step(b, max_pass_tokens=10**9) for b in plan[:steps]])
-    rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
-                 f"padded {sum(max(lengths(i) for i in b) * len(b) for b in plan[:steps])}; "
-                 "not the default: memory grows with batch x longest row"))
-    result["tune_split_gain"] = round(t_whole / t_plain, 3)
+    if ablations:
+        _, t_grouped = timed(lambda: [se_step(b) for b in grouped[:steps]])
+        real_g, padded_g = pad_stats(grouped[:steps])
+        rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
+                     f"tokens {real_g}, padded {padded_g}"))
+        result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
+    result["peak_rss_gib"] = round(rss_gib(), 3)
+    if ablations:  # the batch in one forward pass (no split): more memory, so after the peak above
+        _, t_whole = timed(lambda: [se_step(b, max_pass_tokens=10**9) for b in plan[:steps]])
+        rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
+                     f"padded {sum(max(lengths(i) for i in b) * len(b) for b in plan[:steps])}; "
+                     "not the default: memory grows with batch x longest row"))
+        result["tune_split_gain"] = round(t_whole / t_plain, 3)
 
     # Phase 2: PEFT vs softeval, interleaved step by step, same batches (the seeded plan).
     peft_model = get_peft_model(lm.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
@@ -215,7 +221,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
         peft_opt.zero_grad(set_to_none=True)
         out.loss.backward()
         peft_opt.step()
-        return float(out.loss)
+        return float(out.loss.detach())
 
     peft_model.train()
     peft_step(plan[-1])  # warm-up
@@ -376,7 +382,7 @@ def main(argv=None) -> int:
             train = [e for e in train if len(pr.ids(e, "soft-prompt")) + len(pr.target_ids(e)) <= cfg["tune_max_len"]]
         result["tune_items"] = len(train)
         bench_tuning(lm, prompters["mmlu"], train, cfg["tune_steps"], args.batch_size, args.tokens,
-                     rows, result, window=cfg["group_window"])
+                     rows, result, window=cfg["group_window"], ablations=cfg["tune_ablations"])
     else:
         result["peak_rss_gib"] = None
 
