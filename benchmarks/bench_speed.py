@@ -51,8 +51,7 @@ from softeval.tune import batches as tune_batches
 MODES = {
     # quick: tuning items up to 192 tokens, GSM8K generation capped at 64 new tokens on both sides
     "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 8, "tune_steps": 2, "group_window": 2, "tune_max_len": 192, "max_new_tokens": 64,
-                  "rounds": 1, "ablation_items": 4, "tune_ablations": False,
-                  "ablation": (("mmlu", "few-shot"),)},
+                  "rounds": 1, "ablation_items": 4, "tune_ablations": False, "ablation": ()},
     # full: real MMLU tuning prompts of every length, GSM8K at its own max_new_tokens (256); about an
     # hour on 2 shared CPU cores
     "full": {"mmlu": 32, "gsm8k": 12, "loglik": 48, "tune_steps": 4, "group_window": 4, "tune_max_len": None,
@@ -429,7 +428,7 @@ def main(argv=None) -> int:
             result["loglik_accuracy_lmeval"] = {m: round(p["acc_lmeval"], 4) for m, p in ll.items()}
             result["loglik_same_argmax"] = round(sum(p["same_pick"] for p in ll.values())
                                                  / sum(p["n"] for p in ll.values()), 4)
-    if "ablation" not in skip:
+    if "ablation" not in skip and cfg["ablation"]:  # the ablations are in the full mode only
         log(f"ablation: prefix cache ({time.time() - started:.0f}s)")
         result["prefix_cache_gain"] = {
             f"{name}/{method}": round(ablation_prefix(lm, tasks[name], prompters[name],
