@@ -67,6 +67,24 @@ def test_multiple_choice_task_file_gets_loglik_accuracy(tmp_path):
     assert "loglik_accuracy" in result["metrics"] and result["split"]["n_tune"] == 15
 
 
+def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch):
+    from test_pipeline import _interrupt_second_generate
+    from tiny import tiny_lm
+
+    from softeval import pipeline
+
+    path = write_task(tmp_path, MC_SPEC, name="mc.json")
+    config = lambda out: RunConfig(model="tiny-0", task=str(path), methods=("zero-shot",), limit=5,
+                                   eval_batch_size=5, out=str(tmp_path / out), device="cpu")
+    (full,) = run_job(config("full"), lm=tiny_lm())
+    monkeypatch.setattr(pipeline, "SAVE_EVERY", 2)
+    _interrupt_second_generate(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(config("resumed"), lm=tiny_lm())
+    (resumed,) = run_job(config("resumed"), lm=tiny_lm())
+    assert resumed["metrics"] == full["metrics"] and "loglik_accuracy" in resumed["metrics"]
+
+
 def test_multiple_choice_answers_by_letter_text_or_index(tmp_path):
     rows = [{"q": "?", "opts": ["x", "yy", "z"], "ans": a} for a in ("B", "yy", 1, "1")]
     task = load_task_file(write_task(tmp_path, {**MC_SPEC, "split": {"n_tune": 1}}, rows))

@@ -119,3 +119,40 @@ def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
     (partial / "tune_state.pt").write_text("old checkpoint")
     assert (folder.start({"lr": 0.1}) / "tune_state.pt").exists()  # same settings: resumed
     assert not (folder.start({"lr": 0.01}) / "tune_state.pt").exists()  # other settings: fresh
+
+
+def _interrupt_second_generate(monkeypatch):
+    from softeval import engine
+
+    real, calls, raised = engine.generate, [], []
+
+    def flaky(lm, seqs, **kw):
+        calls.append(len(seqs))
+        if len(calls) == 2 and not raised:
+            raised.append(True)
+            raise KeyboardInterrupt
+        return real(lm, seqs, **kw)
+
+    monkeypatch.setattr(engine, "generate", flaky)
+    return calls
+
+
+def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypatch):
+    from softeval import pipeline
+
+    full = run_job(_config(tmp_path / "full", methods=("zero-shot",)), lm=tiny_lm())[0]
+    monkeypatch.setattr(pipeline, "SAVE_EVERY", 5)
+    calls = _interrupt_second_generate(monkeypatch)
+    cfg = _config(tmp_path / "resumed", methods=("zero-shot",))
+    with pytest.raises(KeyboardInterrupt):
+        run_job(cfg, lm=tiny_lm())
+    partial = tmp_path / "resumed/tiny-0/toyformat/zero-shot/seed0.partial"
+    assert len((partial / "outputs.jsonl").read_text().splitlines()) == 5  # the first chunk is on disk
+    calls.clear()
+    resumed = run_job(cfg, lm=tiny_lm())[0]
+    assert calls == [5, 2]  # 12 items: 5 kept, the 7 left in chunks of 5
+    assert resumed["metrics"] == full["metrics"] and resumed["item_ids"] == full["item_ids"]
+    final = tmp_path / "resumed/tiny-0/toyformat/zero-shot/seed0"
+    before = (tmp_path / "full/tiny-0/toyformat/zero-shot/seed0/samples.jsonl").read_text()
+    assert (final / "samples.jsonl").read_text() == before
+    assert not (final / "outputs.jsonl").exists() and not partial.exists()

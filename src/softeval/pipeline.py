@@ -5,6 +5,8 @@ This is the single way through the data that ``softeval run``, ``tune`` and ``ev
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -164,25 +166,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
-    options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    # Single-token options (letters) are scored from the generation's own first forward pass.
-    single = options is not None and all(len(o) == 1 for opts in options for o in opts)
-    option_scores: list | None = [None] * len(prompts) if options is not None else None
-
-    def keep_first(indices: list[int], logprobs) -> None:
-        for slot, i in enumerate(indices):
-            option_scores[i] = [float(logprobs[slot, o[0]]) for o in options[i]]
-
-    with progress_bar(console) as bar:
-        bar_id = bar.add_task(f"{method}: generating", total=len(prompts))
-        outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                  batch_size=cfg.eval_batch_size, progress=lambda n: bar.advance(bar_id, n),
-                                  on_first_logprobs=keep_first if single else None)
-        if options is not None and not single:
-            ll_id = bar.add_task(f"{method}: log-likelihood", total=len(prompts))
-            option_scores = engine.option_logprobs(lm, prompts, options, soft=soft,
-                                                   batch_size=cfg.eval_batch_size,
-                                                   progress=lambda n: bar.advance(ll_id, n))
+    outputs, option_scores = score_items(job, method, prompts, soft, partial)
     samples = []
     for i, (example, output) in enumerate(zip(job.items, outputs)):
         sample = score_output(task, example, output)
@@ -211,6 +195,69 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     final = folder.finish(results, samples, curve)
     console.print(f"{method}: wrote {final}")
     return results
+
+
+SAVE_EVERY = 64  # items generated between two appends to the partial folder's outputs.jsonl
+
+
+def _load_done(path: Path, ids: list[str]) -> dict[int, dict]:
+    """Outputs saved by an interrupted run, by item index (a torn last line, or a row whose item is
+    not the one at its index, is dropped)."""
+    done: dict[int, dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            i = row.get("i")
+            if isinstance(i, int) and 0 <= i < len(ids) and row.get("id") == ids[i]:
+                done[i] = row
+    return done
+
+
+def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: Path):
+    """Greedy outputs (and option log-likelihoods for multiple choice) of every item, saved to
+    ``partial/outputs.jsonl`` every ``SAVE_EVERY`` items: an interrupted run resumes with the items
+    it has not scored. Items go longest first, so each chunk holds prompts of similar length."""
+    cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
+    ids = [e.id for e in job.items]
+    options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
+    # Single-token options (letters) are scored from the generation's own first forward pass.
+    single = options is not None and all(len(o) == 1 for opts in options for o in opts)
+    saved = partial / "outputs.jsonl"
+    done = _load_done(saved, ids)
+    todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: -len(prompts[i]))
+    if done and todo:
+        job.console.print(f"{method}: {len(prompts) - len(todo)} item(s) already scored in {partial}, resuming")
+    with progress_bar(job.console) as bar:
+        bar_id = bar.add_task(f"{method}: scoring", total=len(prompts), completed=len(prompts) - len(todo))
+        for start in range(0, len(todo), SAVE_EVERY):
+            chunk = todo[start:start + SAVE_EVERY]
+            scores: dict[int, list[float]] = {}
+
+            def keep_first(indices: list[int], logprobs, chunk=chunk, scores=scores) -> None:
+                for slot, k in enumerate(indices):
+                    scores[k] = [float(logprobs[slot, o[0]]) for o in options[chunk[k]]]
+
+            texts = engine.generate(lm, [prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
+                                    stop=task.stop, batch_size=cfg.eval_batch_size,
+                                    on_first_logprobs=keep_first if single else None,
+                                    progress=lambda n: bar.advance(bar_id, n))
+            if options is not None and not single:
+                multi = engine.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
+                                               batch_size=cfg.eval_batch_size)
+                scores = dict(enumerate(multi))
+            rows = [{"i": i, "id": ids[i], "output": text, "option_scores": scores.get(k)}
+                    for k, (i, text) in enumerate(zip(chunk, texts))]
+            with saved.open("a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+            done.update((r["i"], r) for r in rows)
+    outputs = [done[i]["output"] for i in range(len(ids))]
+    option_scores = [done[i]["option_scores"] for i in range(len(ids))] if options is not None else None
+    return outputs, option_scores
 
 
 def tune_soft_prompt(job: Job, partial: Path):

@@ -95,7 +95,8 @@ class RunFolder:
         write_jsonl(folder / "samples.jsonl", samples)
         if curve is not None:
             write_jsonl(folder / "curve.jsonl", curve)
-        (folder / "tune_state.pt").unlink(missing_ok=True)
+        for scratch in ("tune_state.pt", "outputs.jsonl"):  # resume state, superseded by the files above
+            (folder / scratch).unlink(missing_ok=True)
         write_json(folder / "results.json", results)
         os.replace(folder, self.final)
         try:
