@@ -194,3 +194,20 @@ def test_tuning_pass_tokens_follow_the_memory_budget(lm, monkeypatch):
     assert base >= 1
     monkeypatch.setattr(engine, "CPU_TUNING_PASS_BYTES", engine.CPU_TUNING_PASS_BYTES * 4)
     assert engine.tuning_pass_tokens(lm) == pytest.approx(4 * base, rel=0.01)
+
+
+def test_to_growing_swaps_only_plain_dynamic_caches():
+    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+    k = torch.randn(2, 1, 5, 4)
+    plain = DynamicCache()
+    plain.update(k, -k, 0)
+    grown = engine.to_growing(plain)
+    assert type(grown.layers[0]) is engine.GrowingLayer
+    torch.testing.assert_close(grown.layers[0].keys, k)
+    sliding = DynamicCache()
+    sliding.layers.append(DynamicSlidingWindowLayer(sliding_window=3))
+    sliding.update(k, -k, 0)
+    assert type(engine.to_growing(sliding).layers[0]) is DynamicSlidingWindowLayer
+    legacy = ((k, -k),)
+    assert engine.to_growing(legacy) is legacy

@@ -169,16 +169,30 @@ def full_attention(model) -> bool:
                 or any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ()))
 
 
-def new_cache(model, legacy=None):
-    """An empty (or prefilled from ``((k, v), ...)``) KV cache for ``model``: growing in place for
-    full-attention models, None (the model's own default cache) otherwise."""
+def new_cache(model, legacy):
+    """A KV cache holding ``((k, v), ...)`` (a shared prefix, expanded): growing in place for
+    full-attention models (only those get a shared prefix), a ``DynamicCache`` otherwise."""
     if not (GROWING_CACHE and full_attention(model)):
-        if legacy is None:
-            return None
         return DynamicCache.from_legacy_cache(legacy)
     cache = Cache(layer_class_to_replicate=GrowingLayer)
-    for idx, (k, v) in enumerate(legacy or ()):
+    for idx, (k, v) in enumerate(legacy):
         cache.update(k, v, idx)
+    return cache
+
+
+def to_growing(cache):
+    """Swap the layers of a plain ``DynamicCache`` (what the model made for itself on the prefill)
+    for ``GrowingLayer``s holding the same keys and values, so decoding writes in place. Any other
+    cache (sliding-window layers, hybrid or recurrent models, legacy tuples) is returned as it is."""
+    if not GROWING_CACHE or type(cache) is not DynamicCache:
+        return cache
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers):
+        return cache
+    for idx, layer in enumerate(layers):
+        growing = GrowingLayer()
+        growing.update(layer.keys, layer.values)
+        layers[idx] = growing
     return cache
 
 
@@ -298,9 +312,7 @@ def _stop_window(lm, stop: Sequence[str]) -> int:
 def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
                     on_first=None) -> list[str]:
     inputs = _batch_inputs(lm, seqs, soft, prefix)
-    cache = inputs.pop("past_key_values", None)
-    if cache is None:
-        cache = new_cache(lm.model)
+    cache = inputs.pop("past_key_values", None)  # a shared prefix's cache, or None: the model makes its own
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
     device = mask.device
     eos = set(lm.eos_ids or ())
@@ -311,7 +323,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     logits, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
-    cache = out.past_key_values
+    cache = to_growing(out.past_key_values)
     next_pos = positions[:, -1:] + 1
     for _ in range(max_new_tokens):
         chosen = logits[:, -1].argmax(-1)
