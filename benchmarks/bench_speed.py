@@ -51,7 +51,7 @@ from softeval.tune import batches as tune_batches
 MODES = {
     # quick: tuning items up to 192 tokens, GSM8K generation capped at 64 new tokens on both sides
     "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 8, "tune_steps": 2, "group_window": 2, "tune_max_len": 192, "max_new_tokens": 64,
-                  "rounds": 1, "ablation_items": 4, "tune_ablations": False, "ablation": ()},
+                  "rounds": 1, "tune_ablations": False, "ablation": ()},
     # full: real MMLU tuning prompts of every length, GSM8K at its own max_new_tokens (256); about an
     # hour on 2 shared CPU cores
     "full": {"mmlu": 32, "gsm8k": 12, "loglik": 48, "tune_steps": 4, "group_window": 4, "tune_max_len": None,

@@ -14,7 +14,7 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
   ``[pads][soft][prefix][suffix]``.
 - generation drops finished rows from the batch and the KV cache and checks stop strings on the
   decoded tail of each row only (one full decode per row at the end).
-- the KV cache of full-attention models grows in place (``GrowingLayer``: a buffer with spare room,
+- a plain (full-attention) KV cache grows in place (``GrowingLayer``: a buffer with spare room,
   doubled when full) instead of concatenating the whole cache at every decoding step.
 - tuning splits a batch into forward passes that fit a memory budget (shortest rows together) and
   accumulates their gradients: the same gradient as one pass, a fraction of the memory.
@@ -169,31 +169,24 @@ def full_attention(model) -> bool:
                 or any("sliding" in str(t) for t in getattr(cfg, "layer_types", None) or ()))
 
 
-def new_cache(model, legacy):
-    """A KV cache holding ``((k, v), ...)`` (a shared prefix, expanded): growing in place for
-    full-attention models (only those get a shared prefix), a ``DynamicCache`` otherwise."""
-    if not (GROWING_CACHE and full_attention(model)):
-        return DynamicCache.from_legacy_cache(legacy)
+def growing_cache(pairs) -> Cache:
+    """A cache of ``GrowingLayer``s holding the given per-layer ``(keys, values)``."""
     cache = Cache(layer_class_to_replicate=GrowingLayer)
-    for idx, (k, v) in enumerate(legacy):
+    for idx, (k, v) in enumerate(pairs):
         cache.update(k, v, idx)
     return cache
 
 
 def to_growing(cache):
-    """Swap the layers of a plain ``DynamicCache`` (what the model made for itself on the prefill)
-    for ``GrowingLayer``s holding the same keys and values, so decoding writes in place. Any other
-    cache (sliding-window layers, hybrid or recurrent models, legacy tuples) is returned as it is."""
+    """The same keys and values in a ``growing_cache`` when ``cache`` is a plain ``DynamicCache``
+    (what the model made for itself on the prefill), so decoding writes in place. Any other cache
+    (sliding-window layers, hybrid or recurrent models, legacy tuples) is returned as it is."""
     if not GROWING_CACHE or type(cache) is not DynamicCache:
         return cache
     layers = getattr(cache, "layers", None)
     if not layers or not all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers):
         return cache
-    for idx, layer in enumerate(layers):
-        growing = GrowingLayer()
-        growing.update(layer.keys, layer.values)
-        layers[idx] = growing
-    return cache
+    return growing_cache((layer.keys, layer.values) for layer in layers)
 
 
 def _cache_is_plain(model, cache) -> bool:
@@ -202,7 +195,7 @@ def _cache_is_plain(model, cache) -> bool:
         return False
     layers = getattr(cache, "layers", None)
     if layers is not None:
-        return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in layers)
+        return all(type(layer) is DynamicLayer for layer in layers)
     return hasattr(cache, "key_cache")
 
 
@@ -223,8 +216,10 @@ class SharedPrefix:
         else:  # legacy tuple
             self.kv = [tuple(layer[:2]) for layer in cache]
 
-    def expanded(self, batch: int, model):
-        return new_cache(model, tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv))
+    def expanded(self, batch: int):
+        """The prefix's cache for ``batch`` rows (only made for plain full-attention caches)."""
+        legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
+        return growing_cache(legacy) if GROWING_CACHE else DynamicCache.from_legacy_cache(legacy)
 
 
 def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
@@ -261,7 +256,7 @@ def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix.length:]
     return {"inputs_embeds": embed(ids), "attention_mask": mask, "position_ids": positions,
-            "past_key_values": prefix.expanded(len(suffixes), lm.model)}
+            "past_key_values": prefix.expanded(len(suffixes))}
 
 
 def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:

@@ -33,10 +33,10 @@ class Preset:
     packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
     gguf_name: str
     params: int = 0  # counted from the dequantised weights (tied embeddings counted once)
-    chunked: bool = False
+    chunked: bool = False  # the GGUF file is split across the packages' data/ folders
     # The GGUF holds a SentencePiece BPE vocabulary whose scores are merge ranks; transformers turns it
     # into a Unigram model that splits words into pieces ("capital" -> "c", "ap", "it", "al").
-    spm_bpe_tokenizer: bool = False  # the GGUF file is split across the packages' data/ folders
+    spm_bpe_tokenizer: bool = False
     tokenizer_fixes: dict = field(default_factory=dict)
 
 
