@@ -163,9 +163,31 @@ def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, dev
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs, **_not_mistral_kwargs(source))
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=device_map, **kwargs)
     return model, tokenizer
+
+
+MISTRAL_TYPES = {"mistral", "mistral3", "voxtral", "ministral", "pixtral"}
+
+
+def _not_mistral_kwargs(source: str) -> dict:
+    """``fix_mistral_regex=False`` for a local non-Mistral checkpoint where transformers has the flag.
+
+    transformers 4.57.3 and later 4.x warn that any local checkpoint with a vocabulary over 100k
+    saved by those versions has "an incorrect regex pattern" (a check meant for Mistral
+    tokenizers): a false alarm for every other model, our dequantised Gemma preset included.
+    Mistral checkpoints keep the check.
+    """
+    from transformers import PreTrainedTokenizerBase
+
+    if not hasattr(PreTrainedTokenizerBase, "_patch_mistral_regex"):
+        return {}
+    try:
+        model_type = json.loads((Path(source) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return {}
+    return {"fix_mistral_regex": False} if model_type and model_type not in MISTRAL_TYPES else {}
 
 
 def _load_preset(preset: Preset, dtype: torch.dtype, device_map):

@@ -1,0 +1,56 @@
+"""Loading a model from a local folder."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from tiny import tiny_model, tiny_tokenizer
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from softeval.models import _not_mistral_kwargs, load_model
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def big_vocab_tokenizer():
+    """A character tokenizer with a vocabulary past 100k: transformers only checks such vocabularies."""
+    small = tiny_tokenizer()
+    spec = json.loads(small.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab.update({f"<unused{i}>": len(vocab) + i for i in range(100_001)})
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), bos_token="<bos>",
+                                   eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+
+
+def test_local_folder_loads_frozen_without_false_tokenizer_alarm(tmp_path):
+    tok = big_vocab_tokenizer()
+    tiny_model(len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    handler = Collect()
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        lm = load_model(str(tmp_path), device="cpu", kind="base")
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in handler.messages if "regex" in m], handler.messages
+    assert lm.tokenizer("ab").input_ids == tok("ab").input_ids
+    assert not any(p.requires_grad for p in lm.model.parameters())
+
+
+def test_mistral_checkpoints_keep_the_regex_check(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral"}))
+    assert _not_mistral_kwargs(str(tmp_path)) == {}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    has_flag = hasattr(PreTrainedTokenizerBase, "_patch_mistral_regex")
+    assert _not_mistral_kwargs(str(tmp_path)) == ({"fix_mistral_regex": False} if has_flag else {})
+    assert _not_mistral_kwargs(str(tmp_path / "missing")) == {}
