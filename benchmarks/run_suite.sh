@@ -5,8 +5,9 @@
 #   benchmarks/run_suite.sh gemma-3-270m 50            # model, items per task
 #   TASKS="boolq triviaqa" benchmarks/run_suite.sh gemma-3-270m 50
 #
-# Gemma-3-270M on 2 CPU cores: 20-30 min per multiple-choice task (tuning dominates), more for
-# GSM8K and MATH-500 (long targets and 256-512 generated tokens).
+# Gemma-3-270M on 2 CPU cores: 20-40 min per multiple-choice or short-answer task (tuning dominates);
+# GSM8K tuning 66 min (whole worked solutions as targets, 256 generated tokens per curve item);
+# MATH-500 longer (targets up to 851 tokens, 512 generated), its zero-shot scoring alone 28 min.
 set -uo pipefail
 model=${1:?usage: run_suite.sh MODEL [LIMIT]}
 limit=${2:-50}
