@@ -43,6 +43,10 @@ def test_run_writes_three_run_folders(toy, tmp_path):
         assert {"prompt", "output", "strict", "lenient", "gold", "format_ok", "correct"} <= set(samples[0])
         acc = sum(s["correct"] for s in samples) / len(samples)
         assert saved["metrics"]["accuracy"]["value"] == pytest.approx(acc)
+        top_answer, top_count = saved["answers"]["strict"][0]
+        assert top_count == sum(s["strict"] == top_answer for s in samples)
+        assert top_count >= max(sum(s["strict"] == a for s in samples) for a in {s["strict"] for s in samples})
+        assert sum(c for _, c in saved["answers"]["gold"]) <= 12
     soft = tmp_path / "tiny-0" / "toyformat" / "soft-prompt" / "seed0"
     assert (soft / "soft_prompt" / "adapter_model.safetensors").is_file()
     curve = [json.loads(line) for line in (soft / "curve.jsonl").read_text().splitlines()]

@@ -8,6 +8,7 @@ answer correct; loglik_accuracy = argmax option log-likelihood correct (multiple
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 Z95 = 1.959963984540054
@@ -48,6 +49,17 @@ def aggregate(samples: Sequence[dict]) -> dict:
         metrics["f1"] = {"value": mean, "ci_low": max(0.0, mean - half), "ci_high": min(1.0, mean + half),
                          "n": len(values)}
     return metrics
+
+
+def answer_counts(samples: Sequence[dict], top: int = 5) -> dict:
+    """The most frequent strict answers and gold answers, ``[[answer, count], ...]`` (no answer is
+    ``None``). A tuned prompt that learned only a label prior (one letter for every item) shows here
+    as one answer with most of the items while the gold answers are spread out."""
+    def most_common(values):
+        return [[value, count] for value, count in Counter(values).most_common(top)]
+
+    return {"strict": most_common(s["strict"] for s in samples),
+            "gold": most_common(str(s["gold"]) for s in samples)}
 
 
 def first_step_reaching(curve: Sequence[dict], key: str = "format_rate", level: float = 0.9) -> int | None:

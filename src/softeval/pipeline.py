@@ -25,7 +25,7 @@ from rich.progress import (
 from softeval import engine
 from softeval.data import seeded_subset
 from softeval.errors import UserError
-from softeval.metrics import aggregate
+from softeval.metrics import aggregate, answer_counts
 from softeval.models import load_model
 from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
 from softeval.runs import RunFolder, git_hash, now, versions
@@ -183,6 +183,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "model": cfg.model, "model_kind": lm.kind, "model_kind_source": lm.kind_source,
         "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
         "metrics": aggregate(samples),
+        "answers": answer_counts(samples),
         "item_ids": [e.id for e in job.items],
         "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
         "chat_template": prompter.chat,
