@@ -14,3 +14,14 @@ def test_proportion_has_a_wilson_interval_around_the_value():
     p = proportion([True] * 3 + [False] * 7)
     assert p["value"] == 0.3 and p["n"] == 10
     assert 0.10 < p["ci_low"] < 0.3 < p["ci_high"] < 0.61
+
+
+def test_run_table_shows_the_top_answer(capsys):
+    from softeval.cli import print_table
+
+    metric = {"value": 0.32, "ci_low": 0.21, "ci_high": 0.46, "n": 50}
+    result = {"model": "m", "model_kind": "base", "task": "hellaswag", "n": 50, "method": "soft-prompt",
+              "metrics": {"accuracy": metric}, "answers": {"strict": [["B", 46], ["D", 4]], "gold": [["B", 15]]}}
+    print_table([result, {**result, "method": "zero-shot", "answers": {"strict": [[None, 30]], "gold": []}}])
+    out = capsys.readouterr().out
+    assert "top answer" in out and "46/50" in out and "none" in out and "30/50" in out

@@ -144,6 +144,9 @@ def print_table(results: list[dict]) -> None:
     present = [m for m in METRIC_COLUMNS if any(m in r["metrics"] for r in results)]
     for metric in present:
         table.add_column(SHORT[metric], justify="right", min_width=9)
+    answers = any(r.get("answers") for r in results)
+    if answers:
+        table.add_column("top answer", justify="right")
     for r in results:
         cells = []
         for metric in present:
@@ -152,11 +155,24 @@ def print_table(results: list[dict]) -> None:
                 cells.append("-")
             else:
                 cells.append(f"{m['value']:.3f}\n[{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
+        if answers:
+            cells.append(top_answer(r))
         table.add_row(r["method"], *cells)
     console.print(table)
     note = first.get("split", {}).get("note")
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def top_answer(result: dict) -> str:
+    """The most frequent strict answer and its share, e.g. "B 46/50" (a label prior shows as one
+    answer for most items); "none" when most outputs had no answer."""
+    top = (result.get("answers") or {}).get("strict") or []
+    if not top:
+        return "-"
+    answer, count = top[0]
+    label = "none" if answer is None else (answer if len(answer) <= 12 else answer[:11] + "…")
+    return f"{label}\n{count}/{result['n']}"
 
 
 def cmd_tasks(args) -> int:
