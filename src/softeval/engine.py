@@ -181,21 +181,25 @@ def to_growing(cache):
     """The same keys and values in a ``growing_cache`` when ``cache`` is a plain ``DynamicCache``
     (what the model made for itself on the prefill), so decoding writes in place. Any other cache
     (sliding-window layers, hybrid or recurrent models, legacy tuples) is returned as it is."""
-    if not GROWING_CACHE or type(cache) is not DynamicCache:
+    if not GROWING_CACHE or type(cache) is not DynamicCache or not _plain_layers(cache):
         return cache
+    if not all(layer.is_initialized for layer in cache.layers):
+        return cache
+    return growing_cache((layer.keys, layer.values) for layer in cache.layers)
+
+
+def _plain_layers(cache) -> bool:
+    """Every layer of ``cache`` is a plain ``DynamicLayer`` (no sliding window, no recurrent state)."""
     layers = getattr(cache, "layers", None)
-    if not layers or not all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers):
-        return cache
-    return growing_cache((layer.keys, layer.values) for layer in layers)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def _cache_is_plain(model, cache) -> bool:
     """Only plain (full attention) dynamic caches can be expanded and shared safely."""
     if not full_attention(model):
         return False
-    layers = getattr(cache, "layers", None)
-    if layers is not None:
-        return all(type(layer) is DynamicLayer for layer in layers)
+    if getattr(cache, "layers", None) is not None:
+        return _plain_layers(cache)
     return hasattr(cache, "key_cache")
 
 
