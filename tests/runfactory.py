@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ def write_run(
         "truncated_prompts": 0, "config": {}, "versions": {"python": "3.11"}, "git": None,
         "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
         "wall_seconds": 60.0,
+        "answers": {key: [list(kv) for kv in Counter(s[key] for s in samples).most_common(5)]
+                    for key in ("strict", "gold")},
     }
     if method == "soft-prompt":
         results["tuning"] = {"steps": len(curve or []), "lr": 0.03}

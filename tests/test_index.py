@@ -140,3 +140,27 @@ def test_a_task_name_slugged_into_its_folder_name_is_accepted(tmp_path: Path) ->
     run.rename(final)
     index.record_run(tmp_path, final)
     assert [r["task"] for r in index.list_runs(tmp_path)] == ["my tasks/qa"]
+
+
+def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Path, capsys, monkeypatch) -> None:
+    import argparse
+
+    from softeval import cli_analysis
+
+    # 10 items, gold cycles ABCD; all wrong -> strict answer is the next letter: B 3, C 3, D 2, A 2
+    run = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", [False] * 10)
+    index.record_run(tmp_path, run)
+    assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
+    # An index written before the column existed: drop it, as that index never had it.
+    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
+    conn.execute("ALTER TABLE runs DROP COLUMN top_answer")
+    conn.commit()
+    conn.close()
+    assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"  # filled from the folder
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row
+    parser = argparse.ArgumentParser()
+    cli_analysis.register(parser.add_subparsers())
+    args = parser.parse_args(["runs", str(tmp_path)])
+    assert args.handler(args) == 0
+    out = capsys.readouterr().out
+    assert "top answer" in out and "B 3/10" in out

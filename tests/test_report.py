@@ -42,6 +42,10 @@ def test_report_is_self_contained_escaped_and_complete(report: Path) -> None:
         assert f"<h2>{heading}" in text
     assert "half-done" in text and "partial" in text  # the skipped folder is named
     assert "items disagree" in text and "I think the answer is" in text
+    assert "<th>top answer</th>" in text
+    tops = re.findall(r'<td class="num">(\w+) (\d+)/60</td>', text)
+    assert len(tops) == 16  # one per run; zero-shot runs that miss the format most often show "none"
+    assert {a for a, _ in tops} >= {"A", "B", "none"} and all(15 <= int(k) <= 30 for _, k in tops)
 
 
 def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:

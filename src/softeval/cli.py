@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from softeval.errors import UserError
+from softeval.metrics import top_answer
 
 METRIC_COLUMNS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
 
@@ -156,23 +157,12 @@ def print_table(results: list[dict]) -> None:
             else:
                 cells.append(f"{m['value']:.3f}\n[{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
         if answers:
-            cells.append(top_answer(r))
+            cells.append(top_answer(r, sep="\n") or "-")
         table.add_row(r["method"], *cells)
     console.print(table)
     note = first.get("split", {}).get("note")
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
-
-
-def top_answer(result: dict) -> str:
-    """The most frequent strict answer and its share, e.g. "B 46/50" (a label prior shows as one
-    answer for most items); "none" when most outputs had no answer."""
-    top = (result.get("answers") or {}).get("strict") or []
-    if not top:
-        return "-"
-    answer, count = top[0]
-    label = "none" if answer is None else (answer if len(answer) <= 12 else answer[:11] + "…")
-    return f"{label}\n{count}/{result['n']}"
 
 
 def cmd_tasks(args) -> int:

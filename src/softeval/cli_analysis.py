@@ -90,7 +90,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         caption="folder: <model>/<task>/<method>/seed<N>; --json for paths and intervals",
     )
     numeric = ("seed", "n", "acc", "format", "knowl.")
-    for col in ("model", "kind", "task", "method", *numeric):
+    for col in ("model", "kind", "task", "method", *numeric, "top answer"):
         table.add_column(col, overflow="fold", justify="right" if col in numeric else "left")
     for r in runs:
         cells = (
@@ -103,6 +103,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             _num(r["accuracy"]),
             _num(r["format_rate"]),
             _num(r["knowledge_accuracy"]),
+            r["top_answer"] or "-",
         )
         table.add_row(*(Text(cell) for cell in cells))  # Text: names are never read as rich markup
     console.print(table)

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from softeval.metrics import top_answer
+
 INDEX_NAME = "index.sqlite"
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
 METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
@@ -37,6 +39,7 @@ CREATE TABLE IF NOT EXISTS runs (
     n INTEGER,
     {", ".join(f"{m} REAL" for m in METRICS)},
     metrics_json TEXT NOT NULL,     -- the full metrics object, intervals included
+    top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
     finished_at TEXT,
     indexed_at TEXT NOT NULL
 )
@@ -172,12 +175,30 @@ def connect(out_root: Path) -> sqlite3.Connection:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(_SCHEMA)
+            _add_top_answer_column(conn, out_root)
             return conn
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 conn.close()
                 raise
             time.sleep(0.05)
+
+
+def _add_top_answer_column(conn: sqlite3.Connection, out_root: Path) -> None:
+    """An index written before the ``top_answer`` column gets it, filled from the run folders."""
+    if "top_answer" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}:
+        return
+    try:
+        conn.execute("ALTER TABLE runs ADD COLUMN top_answer TEXT")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):  # else another process added it a moment ago
+            raise
+    for (path,) in conn.execute("SELECT path FROM runs").fetchall():
+        try:
+            results = load_results(out_root / path)
+        except (RunFormatError, OSError):
+            continue  # folder gone or broken: `softeval runs --rebuild` drops it
+        conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
 
 
 @contextmanager
@@ -238,10 +259,10 @@ def _upsert(conn: sqlite3.Connection, run: Run) -> None:
     r = run.results
     conn.execute(
         f"INSERT OR REPLACE INTO runs (path, model, model_kind, task, method, seed, n, "
-        f"{', '.join(METRICS)}, metrics_json, finished_at, indexed_at) "
-        f"VALUES ({', '.join('?' * (10 + len(METRICS)))})",
+        f"{', '.join(METRICS)}, metrics_json, top_answer, finished_at, indexed_at) "
+        f"VALUES ({', '.join('?' * (11 + len(METRICS)))})",
         (run.rel, run.model, run.model_kind, run.task, run.method, run.seed, r.get("n"),
-         *[values[m] for m in METRICS], json.dumps(r["metrics"]), r.get("finished_at"),
+         *[values[m] for m in METRICS], json.dumps(r["metrics"]), top_answer(r), r.get("finished_at"),
          datetime.now(UTC).isoformat(timespec="seconds")),
     )
 

@@ -62,6 +62,18 @@ def answer_counts(samples: Sequence[dict], top: int = 5) -> dict:
             "gold": most_common(str(s["gold"]) for s in samples)}
 
 
+def top_answer(results: dict, sep: str = " ") -> str | None:
+    """The most frequent strict answer of a run and its share, e.g. ``"B 46/50"``: a label prior
+    shows as one answer for most items. ``"none"`` stands for "no answer found"; None when the
+    results have no ``answers`` (runs written before softeval recorded them)."""
+    top = (results.get("answers") or {}).get("strict") or []
+    if not top:
+        return None
+    answer, count = top[0]
+    label = "none" if answer is None else (answer if len(answer) <= 12 else answer[:11] + "…")
+    return f"{label}{sep}{count}/{results['n']}"
+
+
 def first_step_reaching(curve: Sequence[dict], key: str = "format_rate", level: float = 0.9) -> int | None:
     """The first logged step whose ``key`` is at least ``level`` (None if never)."""
     for point in curve:

@@ -16,6 +16,7 @@ from typing import Any
 from softeval import report_plots as plots
 from softeval.compare import Comparison, Correlation, compare_runs, load_runs
 from softeval.index import METHODS, METRICS, Run
+from softeval.metrics import top_answer
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -102,20 +103,22 @@ def _fmt(metric: dict[str, Any] | None) -> str:
 
 def _metrics_section(runs: list[Run]) -> str:
     head = "".join(
-        f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS)
+        f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS, "top answer")
     )
     body = "".join(
         f"<tr><td>{escape(r.task)}</td><td>{escape(r.model)}</td><td>{escape(str(r.model_kind or ''))}</td>"
         f'<td>{escape(r.method)}</td><td class="num">{r.seed}</td>'
         f'<td class="num">{escape(str(r.results.get("n", "")))}</td>'
         + "".join(_fmt(r.metric(m)) for m in METRICS)
-        + "</tr>"
+        + f'<td class="num">{escape(top_answer(r.results) or "–")}</td></tr>'
         for r in runs
     )
     return (
         '<h2>Metrics</h2><p class="muted">Each value with its 95% Wilson interval. '
         "accuracy is the benchmark's strict score; knowledge_accuracy is accuracy among items that "
-        "followed the format; loglik_accuracy needs no generation at all.</p>"
+        "followed the format; loglik_accuracy needs no generation at all. top answer is the most "
+        "frequent strict answer and its share: one letter for most items is a label prior, not "
+        "knowledge.</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     )
 
