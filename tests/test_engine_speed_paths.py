@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny import tiny_lm
+from tiny import plain_target_loss, tiny_lm
 
 from softeval import engine
 
@@ -164,6 +164,62 @@ def test_split_backward_gives_whole_batch_gradient(lm, max_pass_tokens):
     assert split_loss == pytest.approx(float(loss.detach()), rel=1e-5)
     torch.testing.assert_close(split.grad, whole.grad, atol=1e-6, rtol=1e-4)
     assert all(not p.requires_grad or p.grad is None for p in lm.model.parameters())
+
+
+def _ragged(lm):
+    seqs = _seqs(lm)
+    cut = [2, 9, 1, 5, 14, 3]  # targets of very different lengths in one batch
+    return [s[:-c] for s, c in zip(seqs, cut)], [s[-c:] for s, c in zip(seqs, cut)]
+
+
+def test_target_head_loss_and_gradient_equal_the_models_own_logits(lm):
+    prompts, targets = _ragged(lm)
+    assert engine.target_head(lm) is not None  # Llama: output embedding, nothing else
+    fast, plain = _soft(lm).requires_grad_(True), _soft(lm).requires_grad_(True)
+    loss = engine.target_loss(lm, prompts, targets, fast)
+    loss.backward()
+    reference = plain_target_loss(lm, prompts, targets, plain)
+    reference.backward()
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    torch.testing.assert_close(fast.grad, plain.grad, atol=1e-6, rtol=1e-4)
+
+
+def test_target_head_applies_final_logit_softcapping():
+    """Gemma 2 caps its logits (tanh) after the head; the shortcut must do the same to be used."""
+    from tiny import tiny_tokenizer
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from softeval.models import BASE, LoadedModel
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, final_logit_softcapping=0.5,
+                          initializer_range=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = Gemma2ForCausalLM(config).eval().requires_grad_(False)
+    capped = LoadedModel(model, tok, "tiny-gemma2", BASE, "test", pad_id=0, eos_ids=(2,))
+    assert engine.target_head(capped) is not None
+    prompts, targets = _ragged(capped)
+    soft = _soft(capped)
+    assert engine.target_loss(capped, prompts, targets, soft).item() == pytest.approx(
+        plain_target_loss(capped, prompts, targets, soft).item(), rel=1e-5)
+
+
+def test_a_head_with_an_unknown_logit_step_falls_back_to_the_models_logits(lm):
+    """A model that scales its logits after the head (as Cohere or Granite do) must not be tuned
+    against unscaled logits: the check at first use sees the mismatch and the plain path is used."""
+    class Scaled(type(lm.model)):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 0.25
+            return out
+
+    lm.model.__class__ = Scaled
+    assert engine.target_head(lm) is None
+    prompts, targets = _ragged(lm)
+    soft = _soft(lm)
+    assert float(engine.target_loss(lm, prompts, targets, soft)) == pytest.approx(
+        float(plain_target_loss(lm, prompts, targets, soft)), rel=1e-5)
 
 
 @pytest.mark.parametrize("with_soft", [False, True])

@@ -3,9 +3,11 @@
 import json
 
 import pytest
+import torch
+from tiny import plain_target_loss
 
-from softeval import cli
-from softeval.models import PRESETS, preset_installed
+from softeval import cli, engine
+from softeval.models import PRESETS, load_model, preset_installed
 from softeval.packaged import package_dir
 
 pytestmark = [
@@ -37,3 +39,19 @@ def test_run_on_packaged_smollm2_writes_three_runs(tmp_path, capsys):
     # A second identical invocation skips every finished run.
     assert cli.main(args) == 0
     assert "skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m-instruct", "gemma-3-270m"])
+def test_tuning_loss_takes_the_target_head_path_and_is_exact_on_packaged_models(preset):
+    if not preset_installed(PRESETS[preset]):
+        pytest.skip(f"preset {preset} not installed")
+    lm = load_model(preset, device="cpu", dtype="float32")
+    assert engine.target_head(lm) is not None  # the head-at-target-positions path is really used
+    tok = lm.tokenizer
+    prompts = [tok("Question: What is 7 * 6?\nAnswer:").input_ids, tok("Q: capital of France?\nA:").input_ids]
+    targets = [tok(" 7 * 6 = 42, so the answer is \\boxed{42}.", add_special_tokens=False).input_ids,
+               tok(" Paris", add_special_tokens=False).input_ids]
+    torch.manual_seed(0)
+    soft = torch.randn(4, lm.model.get_input_embeddings().weight.shape[1]) * 0.02
+    fast = float(engine.target_loss(lm, prompts, targets, soft))
+    assert fast == pytest.approx(float(plain_target_loss(lm, prompts, targets, soft)), rel=1e-4)

@@ -44,6 +44,18 @@ def tiny_lm(seed: int = 0, kind: str = BASE, bos: bool = True, **kw) -> LoadedMo
     return lm
 
 
+def plain_target_loss(lm, prompts, targets, soft):
+    """The tuning loss from the model's own logits at every position: the reference that
+    ``engine.target_loss`` (head only at target positions) must equal."""
+    from softeval.engine import build_inputs
+
+    seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
+    logp = torch.log_softmax(lm.model(**build_inputs(lm, seqs, soft)).logits.float(), dim=-1)
+    width = logp.shape[1]
+    picked = [logp[r, width - 1 - len(t) + k, tok] for r, t in enumerate(targets) for k, tok in enumerate(t)]
+    return -torch.stack(picked).sum() / len(picked)
+
+
 def format_task(n_tune: int = 64, n_eval: int = 24, name: str = "toyformat"):
     """A synthetic format task: the answer must be written as '#<letter>' (the word's first letter).
 

@@ -16,6 +16,9 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
   decoded tail of each row only (one full decode per row at the end).
 - a plain (full-attention) KV cache grows in place (``GrowingLayer``: a buffer with spare room,
   doubled when full) instead of concatenating the whole cache at every decoding step.
+- tuning runs the vocabulary head only at the positions that predict a target token (gathered
+  across rows), not on rows x longest target: GSM8K and MATH targets range from a few to hundreds
+  of tokens, and a big-vocabulary head costs more per position than the rest of a small model.
 - tuning splits a batch into forward passes that fit a memory budget (shortest rows together) and
   accumulates their gradients: the same gradient as one pass, a fraction of the memory.
 - ``batch_size=0`` (or ``"auto"``) picks a batch size that fits the free memory (CPU or CUDA),
@@ -25,6 +28,7 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -429,10 +433,67 @@ def continuation_logprobs(lm, seqs: Sequence[list[int]], conts: Sequence[list[in
 
 def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
-    flowing to the soft prompt; logits are computed only at the positions that predict targets."""
+    flowing to the soft prompt. The vocabulary head runs only at the positions that predict a target
+    token (``target_head``); a model whose head cannot be run apart from its body gets the head on
+    the last max(len(target))+1 positions of every row instead."""
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
-    per_token = continuation_logprobs(lm, seqs, targets, soft)
-    return -torch.cat(per_token).sum() / sum(len(t) for t in targets)
+    n_targets = sum(len(t) for t in targets)
+    head = target_head(lm)
+    if head is None:
+        per_token = continuation_logprobs(lm, seqs, targets, soft)
+        return -torch.cat(per_token).sum() / n_targets
+    hidden = lm.model.get_decoder()(**build_inputs(lm, seqs, soft)).last_hidden_state
+    width = hidden.shape[1]  # left padded: every row ends at the last position
+    rows = torch.cat([torch.full((len(t),), r) for r, t in enumerate(targets)]).to(hidden.device)
+    cols = torch.cat([torch.arange(width - 1 - len(t), width - 1) for t in targets]).to(hidden.device)
+    logits = head(hidden[rows, cols])
+    labels = torch.tensor([tok for t in targets for tok in t], device=logits.device)
+    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_targets
+
+
+_TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def target_head(lm) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The model's vocabulary head as a function of final hidden states, or None where running it
+    apart from the body does not give the model's own logits.
+
+    Tuning needs logits only where a target token is predicted; with the head applied after
+    gathering those positions, a batch of long and short targets (GSM8K, MATH solutions) costs the
+    head's compute on its target tokens only, not rows x longest target. The head is the output
+    embedding plus the final-logit soft-capping some models have (Gemma 2); any other model-specific
+    step (a logit scale) is caught by comparing, once per model, against the model's own logits on a
+    short input, and then the plain path is used."""
+    model = lm.model
+    if model not in _TARGET_HEADS:
+        _TARGET_HEADS[model] = _checked_head(lm)
+    return _TARGET_HEADS[model]
+
+
+def _checked_head(lm):
+    model = lm.model
+    try:
+        decoder, out_embed = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or out_embed is None or decoder is model:
+        return None
+    cfg = getattr(model.config, "text_config", model.config)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        logits = out_embed(hidden)
+        return logits if not cap else torch.tanh(logits / cap) * cap
+
+    probe = build_inputs(lm, [list(range(min(8, out_embed.weight.shape[0])))], None)
+    try:
+        with torch.no_grad():
+            mine = head(decoder(**probe).last_hidden_state).float()
+            theirs = model(**probe).logits.float()
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None
+    same = mine.shape == theirs.shape and torch.allclose(mine, theirs, rtol=1e-3, atol=1e-3 * float(theirs.abs().max()))
+    return head if same else None
 
 
 def tuning_passes(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
