@@ -185,20 +185,27 @@ def connect(out_root: Path) -> sqlite3.Connection:
 
 
 def _add_top_answer_column(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written before the ``top_answer`` column gets it, filled from the run folders."""
-    if "top_answer" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}:
+    """An index written before the ``top_answer`` column gets it, filled from the run folders, in
+    one transaction (a second process doing the same waits, then finds the column there)."""
+    def has_column() -> bool:
+        return "top_answer" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+
+    if has_column():
         return
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("ALTER TABLE runs ADD COLUMN top_answer TEXT")
-    except sqlite3.OperationalError as exc:
-        if "duplicate column" not in str(exc):  # else another process added it a moment ago
-            raise
-    for (path,) in conn.execute("SELECT path FROM runs").fetchall():
-        try:
-            results = load_results(out_root / path)
-        except (RunFormatError, OSError):
-            continue  # folder gone or broken: `softeval runs --rebuild` drops it
-        conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
+        if not has_column():
+            conn.execute("ALTER TABLE runs ADD COLUMN top_answer TEXT")
+            for (path,) in conn.execute("SELECT path FROM runs").fetchall():
+                try:
+                    results = load_results(out_root / path)
+                except (RunFormatError, OSError):
+                    continue  # folder gone or broken: `softeval runs --rebuild` drops it
+                conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 @contextmanager
