@@ -84,9 +84,14 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path, on_step=interrupt)
+    saved = torch.load(tmp_path / "tune_state.pt", weights_only=False)
+    assert saved["step"] == 3 and saved["seconds"] > 0
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight)
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
+    # The tuning time counts the interrupted process's time up to its checkpoint, and says it resumed.
+    assert resumed.seconds > saved["seconds"] and resumed.summary()["resumed_at_steps"] == [3]
+    assert full.summary()["resumed_at_steps"] == []
 
 
 def test_batches_are_seeded_epochs():

@@ -52,14 +52,15 @@ class TuneResult:
     steps_run: int
     final_loss: float | None
     stopped_early: str | None
-    seconds: float
+    seconds: float  # tuning time over every process that worked on it (a resumed run adds its earlier ones)
     config: dict = field(default_factory=dict)
+    resumed_at: list[int] = field(default_factory=list)  # steps a run resumed from a checkpoint at
 
     def summary(self) -> dict:
         return {
             "steps_run": self.steps_run, "final_loss": self.final_loss, "stopped_early": self.stopped_early,
             "format_0.9_step": first_step_reaching(self.curve, "format_rate", 0.9),
-            "seconds": round(self.seconds, 2), **self.config,
+            "seconds": round(self.seconds, 2), "resumed_at_steps": self.resumed_at, **self.config,
         }
 
 
@@ -105,12 +106,16 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
                                      config.length_group, config.seed)
     curve: list[dict] = []
     step, last_loss, stopped = 0, None, None
+    earlier_seconds, resumed_at = 0.0, []
     state_file = checkpoint / "tune_state.pt" if checkpoint else None
     if state_file and state_file.exists():
         state = torch.load(state_file, map_location=device, weights_only=False)
         soft.weight.data.copy_(state["soft"])
         optimizer.load_state_dict(state["optimizer"])
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
+        # Checkpoints written before these were recorded: the time before the resume is unknown (0).
+        earlier_seconds = state.get("seconds", 0.0)
+        resumed_at = state.get("resumed_at", []) + [step]
     if step == 0 and config.curve_every and curve_items:
         curve.append({"step": 0, "loss": None, **curve_point(lm, prompter, curve_items, soft.weight.detach(),
                                                              config.eval_batch_size)})
@@ -137,17 +142,19 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
             point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size))
             if state_file:
-                _save_state(state_file, soft, optimizer, step, curve + [point], last_loss)
+                _save_state(state_file, soft, optimizer, step, curve + [point], last_loss,
+                            earlier_seconds + time.time() - started, resumed_at)
         curve.append(point)
         if on_step:
             on_step(point)
     return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
-                      stopped, time.time() - started, asdict(config))
+                      stopped, earlier_seconds + time.time() - started, asdict(config), resumed_at)
 
 
-def _save_state(path: Path, soft: SoftPrompt, optimizer, step: int, curve: list[dict], loss: float) -> None:
+def _save_state(path: Path, soft: SoftPrompt, optimizer, step: int, curve: list[dict], loss: float,
+                seconds: float, resumed_at: list[int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"soft": soft.weight.detach().cpu(), "optimizer": optimizer.state_dict(), "step": step,
-                "curve": curve, "loss": loss}, tmp)
+                "curve": curve, "loss": loss, "seconds": seconds, "resumed_at": resumed_at}, tmp)
     tmp.replace(path)
