@@ -1,5 +1,7 @@
 """Aggregate metrics and answer counts of a run."""
 
+import pytest
+
 from softeval.metrics import answer_counts, proportion
 
 
@@ -25,3 +27,9 @@ def test_run_table_shows_the_top_answer(capsys):
     print_table([result, {**result, "method": "zero-shot", "answers": {"strict": [[None, 30]], "gold": []}}])
     out = capsys.readouterr().out
     assert "top answer" in out and "46/50" in out and "none" in out and "30/50" in out
+
+
+def test_wilson_bounds_are_exact_at_none_and_all():
+    none, every = proportion([False] * 50), proportion([True] * 50)
+    assert none["ci_low"] == 0.0 and every["ci_high"] == 1.0
+    assert none["ci_high"] == pytest.approx(0.0713, abs=1e-4) and every["ci_low"] == pytest.approx(1 - 0.0713, abs=1e-4)

@@ -22,7 +22,10 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float | None, float 
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 of n (n of n) the bound is exactly 0 (1); rounding would leave a 1e-17 there.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def proportion(flags: Sequence[bool]) -> dict:
