@@ -164,3 +164,14 @@ def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Pat
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "top answer" in out and "B 3/10" in out
+
+
+def test_a_run_written_before_answers_were_recorded_gets_them_from_its_samples(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", [False] * 10)
+    results = json.loads((run / "results.json").read_text())
+    del results["answers"]
+    (run / "results.json").write_text(json.dumps(results))
+    assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
+    (run / "samples.jsonl").write_text("not json\n")
+    index.rebuild(tmp_path)
+    assert index.list_runs(tmp_path)[0]["top_answer"] is None  # unreadable samples: no answer, no error

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from softeval.metrics import top_answer
+from softeval.metrics import answer_counts, top_answer
 
 INDEX_NAME = "index.sqlite"
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
@@ -119,7 +119,17 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError("results.json 'metrics' is not an object")
     if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
         raise RunFormatError("results.json 'seed' is not an integer")
+    if "answers" not in results:  # written before softeval recorded them: count them from the samples
+        results["answers"] = _answers_from_samples(Path(run_dir) / "samples.jsonl")
     return results
+
+
+def _answers_from_samples(path: Path) -> dict | None:
+    try:
+        samples = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return answer_counts(samples)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no usable samples: the run shows no top answer
 
 
 def check_run(out_root: Path, run_dir: Path) -> Run:
