@@ -312,16 +312,21 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
             "same_pick": same_pick}
 
 
+def _ablation(rows: list, label: str, on, off, rounds: int, detail: str) -> float:
+    """Time a speed path on and off (interleaved), record the row, return the gain (off / on)."""
+    (a, b), (t_on, t_off) = interleave(rounds, on, off, False)
+    rows.append((label, f"{t_off / t_on:.2f}x", f"{detail}; identical {sum(x == y for x, y in zip(a, b))}/{len(a)}"))
+    return t_off / t_on
+
+
 def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
     """softeval with and without the shared-prefix cache (is the cache worth keeping?)."""
     seqs = [prompter.ids(e, method) for e in items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
-    (a, b), (t_on, t_off) = interleave(1, lambda: engine.generate(lm, seqs, prefix_cache=None, **kw),
-                                       lambda: engine.generate(lm, seqs, prefix_cache=False, **kw), False)
-    shared = engine.common_prefix_len(seqs)
-    rows.append((f"ablation {task.name} {method}: prefix cache on/off", f"{t_off / t_on:.2f}x",
-                 f"shared {shared} of ~{sum(map(len, seqs)) // len(seqs)} tokens; identical {sum(x == y for x, y in zip(a, b))}/{len(a)}"))
-    return t_off / t_on
+    return _ablation(rows, f"ablation {task.name} {method}: prefix cache on/off",
+                     lambda: engine.generate(lm, seqs, prefix_cache=None, **kw),
+                     lambda: engine.generate(lm, seqs, prefix_cache=False, **kw), 1,
+                     f"shared {engine.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
 
 
 def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows, max_new_tokens=None):
@@ -336,10 +341,9 @@ def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows, 
         finally:
             engine.GROWING_CACHE = True
 
-    (a, b), (t_on, t_off) = interleave(2, lambda: run(True), lambda: run(False), False)
-    rows.append((f"ablation {task.name} {method}: growing cache vs DynamicCache", f"{t_off / t_on:.2f}x",
-                 f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}; identical {sum(x == y for x, y in zip(a, b))}/{len(a)}"))
-    return t_off / t_on
+    return _ablation(rows, f"ablation {task.name} {method}: growing cache vs DynamicCache",
+                     lambda: run(True), lambda: run(False), 2,
+                     f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}")
 
 
 def main(argv=None) -> int:
