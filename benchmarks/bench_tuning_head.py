@@ -9,6 +9,9 @@ per task and, as the last line, JSON.
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_tuning_head.py --model gemma-3-270m \\
         --tasks gsm8k,math500,mmlu --batches 3
 
+Peak memory cannot be told apart in one process; ``--only target`` or ``--only plain`` runs one path
+alone (no warm-up, no alternation) and reports the process's peak RSS; run it once per path.
+
 "head positions" counts the positions the head runs on over the timed batches: the plain path
 runs it on (rows x (longest target + 1)) per forward pass, the target path on the target tokens.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -84,6 +88,23 @@ def bench_task(job: Job, n_batches: int) -> dict:
             "max_rel_loss_diff": worst}
 
 
+def one_path(job: Job, n_batches: int, use_head: bool) -> dict:
+    """Only one path, for its peak memory: the process's peak RSS after ``n_batches`` tuning steps."""
+    lm, cfg = job.lm, job.config
+    plan = batches(len(job.train), cfg.batch_size, n_batches, cfg.seed)
+    soft = SoftPrompt.initialise(lm, cfg.tokens, cfg.init, cfg.seed).to(lm.device)
+    if not use_head:
+        engine._TARGET_HEADS[lm.model] = None
+    started = time.perf_counter()
+    for batch in plan[:n_batches]:
+        soft.weight.grad = None
+        engine.target_loss_backward(lm, [job.prompter.ids(job.train[i], "soft-prompt") for i in batch],
+                                    [job.prompter.target_ids(job.train[i]) for i in batch], soft.weight)
+    return {"task": cfg.task, "path": "target" if use_head else "plain", "batches": n_batches,
+            "s_per_step": round((time.perf_counter() - started) / n_batches, 3),
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma-3-270m")
@@ -91,6 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=3, help="timed tuning batches per task and path")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--only", choices=("target", "plain"), help="run one path alone and report its peak RSS")
     args = ap.parse_args(argv)
     console = Console(stderr=True)
     lm, rows = None, []
@@ -99,6 +121,10 @@ def main(argv=None) -> int:
                             dtype=args.dtype), console, _lm=lm)
         job.prepare()
         lm = job.lm
+        if args.only:
+            rows.append(one_path(job, args.batches, args.only == "target"))
+            console.print(rows[-1])
+            continue
         row = bench_task(job, args.batches)
         rows.append(row)
         console.print(f"{task}: {row['s_per_step_plain']:.2f} s/step plain, {row['s_per_step_target_head']:.2f} "
