@@ -47,12 +47,18 @@ def head_positions(pairs, batch, budget: int) -> tuple[int, int]:
     return plain, target
 
 
-def bench_task(job: Job, n_batches: int) -> dict:
-    lm, cfg = job.lm, job.config
-    plan = batches(len(job.train), cfg.batch_size, n_batches + 1, cfg.seed)
+def tuning_setup(job: Job, n_batches: int):
+    """The first ``n_batches`` of the run's seeded plan, their (prompt, target) ids, a fresh soft prompt."""
+    cfg = job.config
+    plan = batches(len(job.train), cfg.batch_size, n_batches, cfg.seed)
     pairs = {i: (job.prompter.ids(job.train[i], "soft-prompt"), job.prompter.target_ids(job.train[i]))
              for b in plan for i in b}
-    soft = SoftPrompt.initialise(lm, cfg.tokens, cfg.init, cfg.seed).to(lm.device)
+    return plan, pairs, SoftPrompt.initialise(job.lm, cfg.tokens, cfg.init, cfg.seed).to(job.lm.device)
+
+
+def bench_task(job: Job, n_batches: int) -> dict:
+    lm, cfg = job.lm, job.config
+    plan, pairs, soft = tuning_setup(job, n_batches + 1)  # the extra batch is the warm-up
     budget = engine.tuning_pass_tokens(lm)
     head = engine.target_head(lm)
     if head is None:
@@ -90,17 +96,15 @@ def bench_task(job: Job, n_batches: int) -> dict:
 
 def one_path(job: Job, n_batches: int, use_head: bool) -> dict:
     """Only one path, for its peak memory: the process's peak RSS after ``n_batches`` tuning steps."""
-    lm, cfg = job.lm, job.config
-    plan = batches(len(job.train), cfg.batch_size, n_batches, cfg.seed)
-    soft = SoftPrompt.initialise(lm, cfg.tokens, cfg.init, cfg.seed).to(lm.device)
+    lm = job.lm
+    plan, pairs, soft = tuning_setup(job, n_batches)
     if not use_head:
         engine._TARGET_HEADS[lm.model] = None
     started = time.perf_counter()
-    for batch in plan[:n_batches]:
+    for batch in plan:
         soft.weight.grad = None
-        engine.target_loss_backward(lm, [job.prompter.ids(job.train[i], "soft-prompt") for i in batch],
-                                    [job.prompter.target_ids(job.train[i]) for i in batch], soft.weight)
-    return {"task": cfg.task, "path": "target" if use_head else "plain", "batches": n_batches,
+        engine.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch], soft.weight)
+    return {"task": job.config.task, "path": "target" if use_head else "plain", "batches": n_batches,
             "s_per_step": round((time.perf_counter() - started) / n_batches, 3),
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}
 

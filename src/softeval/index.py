@@ -120,14 +120,19 @@ def load_results(run_dir: Path) -> dict[str, Any]:
     if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
         raise RunFormatError("results.json 'seed' is not an integer")
     if "answers" not in results:  # written before softeval recorded them: count them from the samples
-        results["answers"] = _answers_from_samples(Path(run_dir) / "samples.jsonl")
+        results["answers"] = _answers_from_samples(run_dir)
     return results
 
 
-def _answers_from_samples(path: Path) -> dict | None:
+def read_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's samples.jsonl, one dict per item (OSError if missing, ValueError if not JSON lines)."""
+    text = (Path(run_dir) / "samples.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _answers_from_samples(run_dir: Path) -> dict | None:
     try:
-        samples = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return answer_counts(samples)
+        return answer_counts(read_samples(run_dir))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no usable samples: the run shows no top answer
 

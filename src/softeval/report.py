@@ -15,7 +15,7 @@ from typing import Any
 
 from softeval import report_plots as plots
 from softeval.compare import Comparison, Correlation, compare_runs, load_runs
-from softeval.index import METHODS, METRICS, Run
+from softeval.index import METHODS, METRICS, Run, read_samples
 from softeval.metrics import top_answer
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
@@ -227,10 +227,9 @@ def _ranking_section(c: Comparison) -> str:
 def _samples_section(runs: list[Run]) -> str:
     blocks = []
     for run in runs:
-        path = run.path / "samples.jsonl"
-        if not path.is_file():
+        if not (run.path / "samples.jsonl").is_file():
             continue
-        samples = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        samples = read_samples(run.path)
         differ = [s for s in samples if bool(s.get("correct")) != bool(s.get("lenient_correct"))]
         if not differ:
             continue
