@@ -33,6 +33,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=C.device, help="auto, cpu, cuda, cuda:1 ...")
     p.add_argument("--dtype", default=C.dtype, help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
+    p.add_argument("--wait", action="store_true",
+                   help="when another process is writing the same run, wait for it (default: exit 2 naming it)")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip data rows that lack a field or whose answer is outside its options, and count them "
                         "in results.json (default: stop with an error naming the file and row)")

@@ -25,6 +25,7 @@ from rich.progress import (
 from softeval import engine
 from softeval.data import seeded_subset
 from softeval.errors import UserError
+from softeval.locking import describe
 from softeval.metrics import aggregate, answer_counts
 from softeval.models import load_model
 from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
@@ -62,6 +63,7 @@ class RunConfig:
     kind: str | None = None
     soft_prompt: str | None = None  # score with a saved soft prompt instead of tuning
     force: bool = False
+    wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
     skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
 
     def identity(self, method: str) -> dict:
@@ -143,11 +145,16 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
     for method in config.methods:
         folder = RunFolder.at(config.out, config.model, config.task, method, config.seed)
         identity = job.config.identity(method)
-        if folder.check(identity, config.force):
-            console.print(f"[dim]{method}: finished run found at {folder.final}, skipped (--force to redo)[/dim]")
-            results.append(folder.finished_results())
-            continue
-        results.append(run_method(job, method, folder, identity))
+        with folder.lock(config.wait, on_wait=lambda who, f=folder: console.print(
+                f"{method}: {f.final} is being written by {describe(who)}; waiting (--wait)", markup=False),
+                on_stale=lambda who: console.print(
+                f"{method}: taking over the run left by {describe(who)}, which no longer runs", markup=False)):
+            if folder.check(identity, config.force):
+                console.print(f"{method}: finished run found at {folder.final}, skipped (--force to redo)",
+                              style="dim", markup=False)
+                results.append(folder.finished_results())
+                continue
+            results.append(run_method(job, method, folder, identity))
     return results
 
 

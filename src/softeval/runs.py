@@ -17,6 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from softeval.errors import UserError
+from softeval.locking import Locked, file_lock
+
+RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
 from softeval.models import slug
 
 # Options that change a run's numbers: a finished run with other values is a different run.
@@ -42,6 +45,22 @@ class RunFolder:
     @property
     def partial(self) -> Path:
         return self.final.with_name(self.final.name + ".partial")
+
+    @property
+    def lock_path(self) -> Path:
+        """Beside the run folders (hidden, so no scan takes it for a run); removed on release."""
+        return self.final.with_name(f".{self.final.name}.lock")
+
+    def lock(self, wait: bool = False, on_wait=None, on_stale=None):
+        """Context manager: be the one process writing this run (checking, resuming, finishing it).
+
+        Held by another live process: raise ``locking.Locked`` (a UserError: exit 2) naming its pid,
+        host and start time, or with ``wait`` block until it is free (``on_wait(holder)`` is called
+        once first). A lock left by a killed process is free (the OS drops it); ``on_stale(info)``
+        is told about the dead holder's left-over details. Take it before ``check`` and keep it
+        until ``finish`` has returned.
+        """
+        return file_lock(self.lock_path, f"run {self.final}", wait=wait, on_wait=on_wait, on_stale=on_stale)
 
     def finished_results(self) -> dict | None:
         path = self.final / "results.json"
@@ -98,6 +117,9 @@ class RunFolder:
         for scratch in ("tune_state.pt", "outputs.jsonl"):  # resume state, superseded by the files above
             (folder / scratch).unlink(missing_ok=True)
         write_json(folder / "results.json", results)
+        if self.final.exists():  # never rename onto a folder (os.replace would merge into an empty one)
+            raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "
+                            f"{folder}. Is another softeval writing to {self.out} without the run lock?")
         os.replace(folder, self.final)
         try:
             from softeval import index

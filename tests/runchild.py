@@ -1,0 +1,95 @@
+"""`softeval` in a child process, on the tiny model and the toy format task, with one fault hook.
+
+    python runchild.py HOOK softeval-args...
+
+HOOK is ``none`` or ``<point>:<n>:<action>``: at the n-th time the run reaches ``point``, do
+``action``. Points: ``tune`` (a tuning step's loss), ``score`` (a scoring chunk's generation),
+``finish`` (results.json about to be written, samples already written), ``index`` (the run folder
+renamed into place, the index not yet told). Actions: ``kill`` (SIGKILL itself: a `kill -9` at exactly
+that moment) or ``pause=FILE`` (print PAUSED, then wait until FILE exists).
+Used by the lock test (two processes, one run) and the fault-injection test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch  # noqa: E402
+from tiny import format_task, tiny_lm  # noqa: E402
+
+from softeval import cli, engine, index, pipeline, runs, tasks  # noqa: E402
+
+torch.set_num_threads(1)
+SAVE_EVERY = 4  # scoring chunk: small, so a run has several chunks to be killed between
+
+
+def act(action: str) -> None:
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action.startswith("pause="):
+        print("PAUSED", flush=True)
+        while not Path(action[len("pause="):]).exists():
+            time.sleep(0.05)
+
+
+def install(hook: str) -> None:
+    if hook == "none":
+        return
+    point, n, action = hook.split(":", 2)
+    n, seen, scoring = int(n), {"count": 0}, {"on": False}
+
+    def reached() -> None:
+        seen["count"] += 1
+        if seen["count"] == n:
+            act(action)
+
+    def wrap(owner, name, when=lambda *a, **k: True):
+        real = getattr(owner, name)
+
+        def hooked(*args, **kw):
+            if when(*args, **kw):
+                reached()
+            return real(*args, **kw)
+
+        setattr(owner, name, hooked)
+
+    if point == "tune":
+        wrap(engine, "target_loss_backward")
+    elif point == "score":
+        real_score = pipeline.score_items
+
+        def score_items(*args, **kw):
+            scoring["on"] = True
+            try:
+                return real_score(*args, **kw)
+            finally:
+                scoring["on"] = False
+
+        pipeline.score_items = score_items
+        wrap(engine, "generate", when=lambda *a, **k: scoring["on"])
+    elif point == "finish":
+        wrap(runs, "write_json", when=lambda path, data: Path(path).name == "results.json")
+    elif point == "index":
+        wrap(index, "record_run")
+    else:
+        raise SystemExit(f"unknown hook point {point!r}")
+
+
+def main() -> int:
+    hook, argv = sys.argv[1], sys.argv[2:]
+    task = format_task()
+    tasks.TASKS[task.name] = task
+    pipeline.load_model = lambda name, **kw: tiny_lm()
+    pipeline.SAVE_EVERY = SAVE_EVERY
+    install(hook)
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
