@@ -90,7 +90,7 @@ def test_cli_user_errors_exit_2_without_traceback(toy, tmp_path, capsys):
     code = cli.main(["run", "--model", "no-such-model", "--task", "toyformat", "--limit", "2", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "unknown model 'no-such-model'" in err and "Traceback" not in err
-    code = cli.main(["run", "--model", "x", "--task", "no-such-task", "--out", str(tmp_path)])
+    code = cli.main(["run", "--model", "org/x", "--task", "no-such-task", "--out", str(tmp_path)])
     assert code == 2 and "unknown task 'no-such-task'" in capsys.readouterr().err
     code = cli.main(["eval", "--model", "x", "--task", "toyformat", "--method", "soft-prompt", "--out", str(tmp_path)])
     assert code == 2 and "--soft-prompt DIR" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from softeval.errors import UserError
+from softeval.errors import UserError, print_error
 from softeval.metrics import top_answer
 
 METRIC_COLUMNS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
@@ -54,8 +54,16 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
                    help="regroup each window of this many tuning batches by length, less padding (1: off)")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one plain line on stderr (exit 2), like every other user error."""
+
+    def error(self, message: str):
+        print_error(f"{self.prog}: {message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="softeval", description=__doc__)
+    parser = Parser(prog="softeval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
@@ -100,10 +108,7 @@ def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None):
 
     values = {k: getattr(args, k) for k in RunConfig.__dataclass_fields__ if hasattr(args, k)}
     values.update(methods=methods, soft_prompt=soft_prompt)
-    for key in ("limit", "steps", "shots", "tokens", "batch_size", "eval_batch_size"):
-        if values.get(key) is not None and values[key] < (0 if key == "shots" else 1):
-            raise UserError(f"--{key.replace('_', '-')} must be at least {0 if key == 'shots' else 1}")
-    return RunConfig(**values)
+    return RunConfig(**values)  # checked by the pipeline before anything loads (softeval.checks)
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UserError as err:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {err}", highlight=False)
+        print_error(err)
         return 2
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted: finished runs are kept; an unfinished tuning resumes next time")

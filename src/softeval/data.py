@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import random
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,22 +35,63 @@ def read_arrow(path: Path, columns: Sequence[str] | None = None) -> list[dict]:
     return table.to_pylist()
 
 
+def read_text(path: Path) -> str:
+    """A data file's text (gunzipped when it ends in .gz). Bytes that are not UTF-8 are an error naming
+    the line, as is a damaged gzip stream."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if str(path).endswith(".gz") else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as err:
+        raise UserError(f"{path}: cannot be read ({err})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line} is not UTF-8 text (byte 0x{raw[err.start]:02x}); "
+                        "save the file as UTF-8") from None
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if str(path).endswith(".gz") else open
     rows = []
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}: line {lineno} is not valid JSON ({err.msg})") from None
+    for lineno, line in enumerate(read_text(Path(path)).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}: line {lineno} is not valid JSON ({err.msg})") from None
+        except RecursionError:
+            raise UserError(f"{path}: line {lineno} is nested too deeply to read") from None
     return rows
 
 
+def read_json(path: Path) -> list:
+    """A JSON list of rows, or an object holding exactly one list (``{"data": [...]}``)."""
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not valid JSON at line {err.lineno}, column {err.colno} ({err.msg})") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to read") from None
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list)]
+        if len(lists) != 1:
+            raise UserError(f"{path}: expected a JSON list of rows (or an object holding one list)")
+        data = lists[0]
+    if not isinstance(data, list):
+        raise UserError(f"{path}: expected a JSON list of rows, not a {type(data).__name__}")
+    return data
+
+
+def read_csv(path: Path) -> list[dict]:
+    try:
+        return list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    except csv.Error as err:
+        raise UserError(f"{path}: not a readable CSV file ({err})") from None
+
+
 def read_local(path: str | Path) -> list[dict]:
-    """Rows of a local jsonl / json / csv / parquet / arrow file."""
+    """Rows of a local jsonl / json / csv / parquet / arrow file; a file that cannot be read as its
+    suffix says is a UserError naming it."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"data file not found: {path}")
@@ -56,22 +99,20 @@ def read_local(path: str | Path) -> list[dict]:
     if name.endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl(path)
     if name.endswith(".json"):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict):  # {"data": [...]} or {"examples": [...]}
-            lists = [v for v in data.values() if isinstance(v, list)]
-            if len(lists) != 1:
-                raise UserError(f"{path}: expected a JSON list of rows (or an object holding one list)")
-            data = lists[0]
-        return list(data)
+        return read_json(path)
     if name.endswith(".csv"):
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
+        return read_csv(path)
+    if name.endswith((".parquet", ".arrow")):
+        import pyarrow as pa
 
-        return pq.read_table(path).to_pylist()
-    if name.endswith(".arrow"):
-        return read_arrow(path)
+        try:
+            if name.endswith(".arrow"):
+                return read_arrow(path)
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: not a readable {name.rsplit('.', 1)[1]} file ({err})") from None
     raise UserError(f"unsupported data file {path}: use one of {', '.join(LOCAL_SUFFIXES)}")
 
 

@@ -244,6 +244,21 @@ def bpe_from_ranked_unigram(tokenizer) -> None:
                                fuse_unk=True, unk_token=unk)
 
 
+def check_model_name(name: str) -> None:
+    """A preset, a .gguf file, a local folder or a hub id ``org/name``; anything else is refused before
+    any loading (the same dispatch as ``load_model``)."""
+    if name in PRESETS or (name.endswith(".gguf") and Path(name).is_file()):
+        return
+    if name.endswith(".gguf"):
+        raise UserError(f"GGUF file not found: {name}")
+    if os.path.isdir(name) or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        return
+    raise UserError(
+        f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
+        "a .gguf file or a hub id like 'org/name'. `softeval models` lists the presets."
+    )
+
+
 def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: str | None = None) -> LoadedModel:
     """Load ``name`` (preset, local folder, .gguf file or hub id), frozen and in eval mode."""
     device = pick_device(device)
@@ -259,13 +274,9 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
             if not path.is_file():
                 raise UserError(f"GGUF file not found: {name}")
             model, tokenizer = _from_pretrained(str(path.parent), path.name, torch_dtype, device_map)
-        elif os.path.isdir(name) or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
-            model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
         else:
-            raise UserError(
-                f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
-                "a .gguf file or a hub id like 'org/name'. `softeval models` lists the presets."
-            )
+            check_model_name(name)
+            model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
     except OSError as err:  # missing files, no hub access, gated repo
         raise UserError(f"could not load model {name!r}: {err}") from None
     if device_map is None:

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 
 from softeval import engine
+from softeval.checks import check_config
 from softeval.data import seeded_subset
 from softeval.errors import UserError
 from softeval.locking import describe
@@ -89,16 +90,12 @@ class Job:
 
     def prepare(self) -> None:
         cfg = self.config
-        for method in cfg.methods:
-            if method not in METHODS:
-                raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        check_config(cfg, model_given=self._lm is not None)
         self.task = get_task(cfg.task)
         self.splits = self.task.load(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
             raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
                             f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")
-        if cfg.limit is not None and cfg.limit < 1:
-            raise UserError("--limit must be at least 1")
         self.items = seeded_subset(self.splits.eval, cfg.limit, ITEM_SEED)
         pool = list(self.splits.tune)
         random.Random(cfg.seed).shuffle(pool)
@@ -106,6 +103,8 @@ class Job:
         self.curve_items, self.train = pool[:n_curve], pool[n_curve:]
         if not self.train:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
+        if "few-shot" in cfg.methods and cfg.shots > len(self.train):
+            raise UserError(f"--shots {cfg.shots} is more than the {len(self.train)} tuning items of {cfg.task}")
 
     @property
     def lm(self):
@@ -123,6 +122,9 @@ class Job:
             cfg, lm = self.config, self.lm
             shots = pick_shots(self.train, cfg.shots, cfg.seed) if "few-shot" in cfg.methods else []
             longest_target = max(self.task.max_new_tokens, 64)
+            if cfg.tokens + 16 > lm.max_length:
+                raise UserError(f"--tokens {cfg.tokens} leaves no room for a prompt in the {lm.max_length}-token "
+                                f"context of {cfg.model}")
             self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template), shots,
                                       budget=max(16, lm.max_length - cfg.tokens - longest_target))
         return self._prompter
@@ -162,11 +164,12 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     cfg, console, task = job.config, job.console, job.task
     started, t0 = now(), time.time()
     lm, prompter = job.lm, job.prompter
-    partial = folder.start(identity)
+    loaded = SoftPrompt.load(cfg.soft_prompt, lm) if method == "soft-prompt" and cfg.soft_prompt else None
+    partial = folder.start(identity)  # after every check that can refuse the command: none leaves a folder
     soft, tuning, curve = None, None, None
     if method == "soft-prompt":
-        if cfg.soft_prompt:
-            soft_prompt = SoftPrompt.load(cfg.soft_prompt, lm)
+        if loaded is not None:
+            soft_prompt = loaded
             tuning = {"loaded_from": str(cfg.soft_prompt)}
         else:
             soft_prompt, tuning, curve = tune_soft_prompt(job, partial)

@@ -36,9 +36,16 @@ from softeval.tasks.qa import f1_max, lenient_contains, match_any
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MATCHERS = ("exact", "numeric", "f1")
-KEYS = {"name", "description", "data", "tune_data", "split", "fields", "answer_field", "aliases_field",
-        "options_field", "id_field", "instruction", "prompt", "target", "answer_regex", "lenient_regex", "matcher",
-        "stop", "max_new_tokens"}
+_TEXT, _NAME, _NAMES, _NAME_OR_NAMES = "a string", "a field name", "a list of field names", \
+    "a field name or a list of field names"
+# Every setting and what its value must be (docs/tasks.md); a value of another type is an error
+# naming the setting, before any row is read.
+SCHEMA = {"name": _TEXT, "description": _TEXT, "data": "a file path", "tune_data": "a file path",
+          "split": "a mapping", "fields": _NAMES, "answer_field": _NAME, "aliases_field": _NAME,
+          "options_field": _NAME_OR_NAMES, "id_field": _NAME, "instruction": _TEXT, "prompt": _TEXT,
+          "target": _TEXT, "answer_regex": _TEXT, "lenient_regex": _TEXT, "matcher": _TEXT,
+          "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768"}
+KEYS = set(SCHEMA)
 REQUIRED = ("data", "prompt", "answer_field")
 DEFAULT_SEED = 1234
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
@@ -57,17 +64,41 @@ def _read_spec(path: Path) -> dict:
         raise UserError(f"task file not found: {path}")
     try:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
         raise _fail(path, f"not valid YAML/JSON ({err})") from None
     if not isinstance(spec, dict):
         raise _fail(path, "must be a mapping of settings (see docs/tasks.md)")
-    unknown = sorted(set(spec) - KEYS)
+    unknown = sorted(str(k) for k in set(spec) - KEYS)
     if unknown:
         raise _fail(path, f"unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(KEYS))}")
-    missing = [k for k in REQUIRED if not spec.get(k)]
+    spec = {k: v for k, v in spec.items() if v is not None}  # `key:` with no value: as if absent
+    missing = [k for k in REQUIRED if k not in spec or spec[k] == ""]
     if missing:
         raise _fail(path, f"lacks the required setting(s) {', '.join(missing)}")
+    for key, value in spec.items():
+        if not _typed(key, value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise _fail(path, f"{key} must be {SCHEMA[key]}, not {type(value).__name__} {shown}")
     return spec
+
+
+def _typed(key: str, value: Any) -> bool:
+    """Does ``value`` have the type ``SCHEMA[key]`` asks for? (bool is no number here.)"""
+    kind = SCHEMA[key]
+    names = lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v)
+    if kind in (_NAME, "a file path"):
+        return isinstance(value, str) and bool(value.strip())
+    if kind == _NAMES:
+        return names(value)
+    if kind == _NAME_OR_NAMES:
+        return (isinstance(value, str) and bool(value)) or (names(value) and len(value) >= 2)
+    if kind == "a mapping":
+        return isinstance(value, dict)
+    if key == "stop":
+        return (isinstance(value, str) and bool(value)) or names(value)
+    if key == "max_new_tokens":
+        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 32768
+    return isinstance(value, str)
 
 
 def _template(path: Path, spec: dict, key: str, default: str | None = None):
@@ -76,7 +107,7 @@ def _template(path: Path, spec: dict, key: str, default: str | None = None):
         raise _fail(path, f"{key} must be a string template")
     try:
         return _ENV.from_string(text)
-    except TemplateError as err:
+    except (TemplateError, RecursionError, ValueError, TypeError) as err:
         raise _fail(path, f"{key} is not a valid template ({err})") from None
 
 
@@ -86,7 +117,7 @@ def _regex(path: Path, spec: dict, key: str) -> re.Pattern | None:
         return None
     try:
         return re.compile(str(text))
-    except re.error as err:
+    except (re.error, OverflowError, RecursionError, ValueError) as err:
         raise _fail(path, f"{key} is not a valid regular expression ({err})") from None
 
 
@@ -119,6 +150,7 @@ def load_task_file(path: str | Path) -> Task:
     target_t = _template(path, spec, "target", " {{ gold }}")
     instruction = spec.get("instruction", "")
     strict_re, lenient_re = _regex(path, spec, "answer_regex"), _regex(path, spec, "lenient_regex")
+    split_rule = _split_rule(path, spec.get("split") or {})
     options_field = spec.get("options_field")
     multiple_choice = options_field is not None
     if matcher == "numeric" and multiple_choice:
@@ -126,14 +158,9 @@ def load_task_file(path: str | Path) -> Task:
     if not multiple_choice and strict_re is None:
         raise _fail(path, "answer_regex is required (the strict answer format) unless options_field is set")
     fields = spec.get("fields") or []
-    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-        raise _fail(path, "fields must be a list of field names")
     stop = spec.get("stop", ["\n"])
-    stop = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
-    try:
-        max_new_tokens = int(spec.get("max_new_tokens", 32))
-    except (TypeError, ValueError):
-        raise _fail(path, "max_new_tokens must be a whole number") from None
+    stop = (stop,) if isinstance(stop, str) else tuple(stop)
+    max_new_tokens = spec.get("max_new_tokens", 32)
 
     def to_example(row: dict, index: int, where: str) -> Example:
         opt_fields = [options_field] if isinstance(options_field, str) else list(options_field or [])
@@ -173,7 +200,7 @@ def load_task_file(path: str | Path) -> Task:
         for name, template in (("prompt", prompt), ("target", target_t)):
             try:
                 template.render(_variables(example))
-            except TemplateError as err:
+            except Exception as err:  # noqa: BLE001 (a user's template: any failure is theirs, named by row)
                 raise UserError(f"{where}: row {index}: the {name} template cannot be filled ({err})") from None
         return example
 
@@ -192,7 +219,7 @@ def load_task_file(path: str | Path) -> Task:
             tune, bad = read(spec["tune_data"], skip_bad_rows)
             return Splits(tune, examples, origin, f"tune file ({spec['tune_data']})", f"data file ({data})",
                           skipped_rows=skipped + bad)
-        return _held_out(path, spec.get("split") or {}, examples, origin, skipped)
+        return _held_out(path, split_rule, examples, origin, skipped)
 
     return Task(
         name=str(spec.get("name") or path.stem),
@@ -227,19 +254,31 @@ def _lenient(lenient_re, strict_re, matcher: str, multiple_choice: bool):
     return lenient_contains
 
 
-def _held_out(path: Path, rule: Any, examples: list[Example], origin: str, skipped: int) -> Splits:
-    if not isinstance(rule, dict) or set(rule) - {"seed", "n_tune", "fraction"}:
+def _split_rule(path: Path, rule: dict) -> tuple[int, int | None, float | None]:
+    """``split``: (seed, n_tune, fraction), each checked for its type and range."""
+    if set(rule) - {"seed", "n_tune", "fraction"}:
         raise _fail(path, "split must be a mapping with seed and n_tune or fraction")
-    seed = int(rule.get("seed", DEFAULT_SEED))
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    seed = rule.get("seed", DEFAULT_SEED)
+    if not whole(seed):
+        raise _fail(path, f"split.seed must be a whole number, not {seed!r}")
     if "n_tune" in rule and "fraction" in rule:
         raise _fail(path, "split: give n_tune or fraction, not both")
-    if "fraction" in rule:
-        fraction = float(rule["fraction"])
-        if not 0 < fraction < 1:
-            raise _fail(path, f"split.fraction must be between 0 and 1, not {fraction}")
+    n_tune, fraction = rule.get("n_tune"), rule.get("fraction")
+    if n_tune is not None and (not whole(n_tune) or n_tune < 1):
+        raise _fail(path, f"split.n_tune must be a whole number of at least 1, not {n_tune!r}")
+    if fraction is not None and (not isinstance(fraction, (int, float)) or isinstance(fraction, bool)
+                                 or not 0 < fraction < 1):
+        raise _fail(path, f"split.fraction must be between 0 and 1, not {fraction!r}")
+    return seed, n_tune, fraction
+
+
+def _held_out(path: Path, rule: tuple, examples: list[Example], origin: str, skipped: int) -> Splits:
+    seed, n_tune, fraction = rule
+    if fraction is not None:
         n_tune = max(1, round(len(examples) * fraction))
-    else:
-        n_tune = int(rule.get("n_tune", min(1000, max(1, len(examples) // 3))))
+    elif n_tune is None:
+        n_tune = min(1000, max(1, len(examples) // 3))
     if not 0 < n_tune < len(examples):
         raise _fail(path, f"cannot hold out {n_tune} tuning items from {len(examples)} rows")
     from softeval.data import held_out_split

@@ -1,0 +1,127 @@
+"""Every run option checked before anything is loaded or written: a bad value is one UserError that
+names the option, so a refused command loads no model and leaves no run folder behind.
+
+The ranges below are the rule (the CLI and library users share it, through ``pipeline.Job.prepare``).
+Upper bounds are where a larger value would exhaust memory before doing anything useful, not taste.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+from softeval.errors import UserError
+from softeval.protocol import METHODS
+
+# option -> (smallest, largest) allowed value
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "limit": (1, 10**9),
+    "steps": (1, 1_000_000),
+    "shots": (0, 1_000),
+    "tokens": (1, 4_096),
+    "batch_size": (1, 65_536),
+    "eval_batch_size": (1, 65_536),
+    "curve_every": (1, 1_000_000),
+    "curve_items": (0, 1_000_000),
+    "length_group": (1, 1_000_000),
+    "seed": (-(2**63), 2**63 - 1),
+}
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")
+
+
+def option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def check_int(key: str, value) -> None:
+    low, high = INT_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{option(key)} must be a whole number, not {value!r}")
+    if not low <= value <= high:
+        raise UserError(f"{option(key)} must be between {low} and {high}, not {value}"
+                        if key != "seed" else f"--seed must fit in 64 bits, not {value}")
+
+
+def check_lr(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"--lr must be a positive finite number, not {value!r}")
+
+
+def check_init(value: str) -> None:
+    if value in ("vocab", "random"):
+        return
+    if isinstance(value, str) and value.startswith("text:") and value[5:].strip().strip('"'):
+        return
+    raise UserError(f'--init must be vocab, random or text:"some words", not {value!r}')
+
+
+def check_device(device: str) -> None:
+    """A device torch understands and this machine has: ``cuda`` without CUDA is refused here, not after
+    the data has been read and the model is half loaded."""
+    found = _DEVICE.fullmatch(device) if isinstance(device, str) else None
+    if not found:
+        raise UserError(f"unknown --device {device!r}: use auto, cpu, cuda, cuda:N or mps")
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise UserError(f"--device {device}: {why}; use --device cpu (or auto)")
+        index = int(found.group(1) or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here "
+                            f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UserError("--device mps: no Apple GPU (MPS) is available here; use --device cpu (or auto)")
+
+
+def check_out(out: str) -> None:
+    """The output root must be a folder (or not exist yet) under folders this user can write."""
+    if not isinstance(out, str) or not out.strip():
+        raise UserError("--out must name a folder")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: give a folder for the run folders")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {out}: {parent} is a file, not a folder")
+            break
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: cannot write under {existing} (permission denied)")
+
+
+def check_config(cfg, model_given: bool = False) -> None:
+    """Every option of a ``pipeline.RunConfig``; the first bad one is a UserError. ``model_given``: the
+    caller passes a loaded model, so ``cfg.model`` is only a label."""
+    from softeval.models import check_model_name, pick_dtype
+
+    if not cfg.methods:
+        raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
+    for method in cfg.methods:
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+    if len(set(cfg.methods)) != len(cfg.methods):
+        raise UserError(f"a method is given twice in {','.join(cfg.methods)}")
+    for key in INT_RANGES:
+        value = getattr(cfg, key)
+        if value is not None or key != "limit":
+            check_int(key, value)
+    check_lr(cfg.lr)
+    check_init(cfg.init)
+    if cfg.chat_template not in ("auto", "on", "off"):
+        raise UserError(f"unknown --chat-template {cfg.chat_template!r}: use auto, on or off")
+    if cfg.kind not in (None, "base", "post-trained"):
+        raise UserError(f"unknown --kind {cfg.kind!r}: use base or post-trained")
+    if not isinstance(cfg.source, str) or not cfg.source.strip():
+        raise UserError("--source must be offline, hub or a data file")
+    check_device(cfg.device)
+    pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
+    check_out(cfg.out)
+    if not model_given:
+        check_model_name(cfg.model)
+    if cfg.soft_prompt is not None and not Path(cfg.soft_prompt).is_dir():
+        raise UserError(f"--soft-prompt {cfg.soft_prompt}: no such folder (give the folder of a saved soft prompt)")

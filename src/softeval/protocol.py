@@ -1,0 +1,7 @@
+"""The names of the protocol (DESIGN.md), one list each, used by the CLI, the runs index, compare and
+the report: the methods every task is scored with, and the metrics a run reports."""
+
+METHODS = ("zero-shot", "few-shot", "soft-prompt")
+
+# Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only).
+METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")

@@ -1,0 +1,301 @@
+"""Bad input (issue 12): every refused command is ONE plain-text line on stderr and exit 2, before any
+model loads, leaving no run folder; plus property tests that generated arguments, data files and task
+files get exit 2 (UserError) or work, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny import format_task
+
+from softeval import cli, pipeline, tasks
+from softeval.data import read_local
+from softeval.errors import UserError, print_error
+from softeval.tasks.custom import load_task_file
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+class ModelLoad(Exception):
+    """Raised instead of loading a model: reaching it means every check passed."""
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    task = format_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+
+    def no_load(*args, **kwargs):
+        raise ModelLoad
+
+    monkeypatch.setattr(pipeline, "load_model", no_load)
+    return task
+
+
+def refused(args: list[str], capsys) -> str:
+    """Run the CLI; it must exit 2 with exactly one plain line on stderr (returned) and load nothing."""
+    try:
+        code = cli.main(args)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1 and lines[0].startswith(("error: ", "softeval")), err
+    assert "Traceback" not in err and "\x1b" not in err
+    return lines[0]
+
+
+def run_args(out: Path, *extra: str, task: str = "toyformat", model: str = "org/model") -> list[str]:
+    return ["run", "--model", model, "--task", task, "--out", str(out), *extra]
+
+
+def no_partial(out: Path) -> None:
+    assert not list(Path(out).rglob("*.partial")) if Path(out).is_dir() else True
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--lr", "nan", "--lr must be a positive finite number, not nan"),
+    ("--lr", "-1", "--lr must be a positive finite number, not -1.0"),
+    ("--lr", "inf", "--lr must be a positive finite number"),
+    ("--lr", "0", "--lr must be a positive finite number"),
+    ("--lr", "abc", "argument --lr: invalid float value: 'abc'"),
+    ("--steps", "0", "--steps must be between 1 and"),
+    ("--steps", "-5", "--steps must be between 1 and"),
+    ("--tokens", "0", "--tokens must be between 1 and"),
+    ("--tokens", "100000", "--tokens must be between 1 and 4096, not 100000"),
+    ("--batch-size", "0", "--batch-size must be between 1 and"),
+    ("--eval-batch-size", "-1", "--eval-batch-size must be between 1 and"),
+    ("--shots", "-1", "--shots must be between 0 and"),
+    ("--shots", "500", "--shots 500 is more than the"),
+    ("--limit", "0", "--limit must be between 1 and"),
+    ("--limit", "1000", "--limit 1000 is larger than the 24 scored items"),
+    ("--curve-every", "0", "--curve-every must be between 1 and"),
+    ("--curve-items", "-1", "--curve-items must be between 0 and"),
+    ("--length-group", "0", "--length-group must be between 1 and"),
+    ("--seed", str(2**70), "--seed must fit in 64 bits"),
+    ("--steps", "1.5", "argument --steps: invalid int value: '1.5'"),
+    ("--init", "bogus", "--init must be vocab, random or text:"),
+    ("--init", "text:", "--init must be vocab, random or text:"),
+    ("--method", "zero-shot,bogus", "unknown method 'bogus'"),
+    ("--method", ",", "no method given"),
+    ("--dtype", "float8", "unknown dtype 'float8'"),
+    ("--device", "gpu0", "unknown --device 'gpu0': use auto, cpu, cuda, cuda:N or mps"),
+    ("--device", "cuda:x", "unknown --device 'cuda:x'"),
+    ("--chat-template", "maybe", "argument --chat-template: invalid choice: 'maybe'"),
+])
+def test_bad_option_is_one_line_exit_2_before_the_model_loads(toy, tmp_path, capsys, option, value, message):
+    line = refused(run_args(tmp_path, f"{option}={value}"), capsys)
+    assert message in line
+    no_partial(tmp_path)
+
+
+def test_cuda_without_cuda_is_refused_before_loading(toy, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = refused(run_args(tmp_path, "--device", "cuda"), capsys)
+    assert "--device cuda:" in line and "use --device cpu" in line
+
+
+def test_cuda_index_beyond_the_devices_is_refused(toy, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert "only 1 CUDA device(s) here" in refused(run_args(tmp_path, "--device", "cuda:3"), capsys)
+
+
+def test_out_pointing_at_a_file(toy, tmp_path, capsys):
+    file = tmp_path / "afile"
+    file.write_text("x")
+    assert refused(run_args(file), capsys) == f"error: --out {file} is a file, not a folder: give a folder for the run folders"
+    assert f"{file} is a file, not a folder" in refused(run_args(file / "below"), capsys)
+    assert file.read_text() == "x"
+
+
+def test_good_options_reach_the_model_load(toy, tmp_path):
+    with pytest.raises(ModelLoad):
+        cli.main(run_args(tmp_path, "--lr", "0.1", "--steps", "2", "--limit", "3", "--device", "cpu"))
+    no_partial(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["[/x]", "a[/b]", "[bold red]x[/bold red]", "[num_virtual_tokens, 576]"])
+def test_square_brackets_in_names_print_as_they_are(toy, tmp_path, capsys, name):
+    line = refused(run_args(tmp_path, task=name), capsys)
+    assert line.startswith(f"error: unknown task {name!r}")
+    line = refused(run_args(tmp_path, model=name), capsys)
+    assert line.startswith(f"error: unknown model {name!r}")
+
+
+def test_error_printer_is_one_plain_unwrapped_line():
+    stream = io.StringIO()
+    message = "shape [num_virtual_tokens, 576] " + "word " * 100 + "\nsecond line\n  third"
+    print_error(UserError(message), stream)
+    out = stream.getvalue()
+    assert out.count("\n") == 1 and "[num_virtual_tokens, 576]" in out and out.endswith("second line third\n")
+
+
+# ---- data files ------------------------------------------------------------------------------
+
+BAD_BYTES = b"\xff\xfe\x80 not utf-8"
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("bad.jsonl", b'{"question": "ok"}\n' + BAD_BYTES + b"\n", "bad.jsonl: line 2 is not UTF-8 text (byte 0xff)"),
+    ("bad.csv", b"question,answer\n" + BAD_BYTES + b",A\n", "bad.csv: line 2 is not UTF-8 text"),
+    ("bad.json", b'[{"question": "x", "choices": ["a", "b"], "answer": 0}, {"quest', "bad.json: not valid JSON at line 1"),
+    ("bad.json", b"5", "bad.json: expected a JSON list of rows, not a int"),
+    ("bad.json", b"[" * 100_000, "bad.json: nested too deeply"),
+    ("bad.jsonl.gz", b"not gzip at all", "bad.jsonl.gz: cannot be read"),
+    ("bad.parquet", b"PAR1 nonsense", "bad.parquet: not a readable parquet file"),
+    ("bad.arrow", b"nonsense", "bad.arrow: not a readable arrow file"),
+    ("bad.csv", b"a,b\n\"x\x00y\",1\n", "bad.csv"),
+])
+def test_unreadable_data_file_through_source_is_one_line(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    line = refused(run_args(tmp_path / "out", "--source", str(path), task="mmlu"), capsys)
+    assert message in line
+    no_partial(tmp_path / "out")
+
+
+def test_tasks_listing_with_a_non_utf8_source_names_the_problem(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(BAD_BYTES)
+    assert cli.main(["tasks", "--json", "--source", str(path)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} >= {"mmlu", "gsm8k"}
+    assert all("not UTF-8 text" in r["note"] for r in rows if r["name"] != "belebele" or "file" in r["sources"])
+
+
+def test_non_utf8_task_data_file(tmp_path, capsys):
+    (tmp_path / "rows.jsonl").write_bytes(BAD_BYTES)
+    task = tmp_path / "t.yaml"
+    task.write_text(yaml.safe_dump({"data": "rows.jsonl", "prompt": "{{ q }}", "answer_field": "a",
+                                    "answer_regex": "(.*)"}))
+    assert "rows.jsonl: line 1 is not UTF-8 text" in refused(run_args(tmp_path / "out", task=str(task)), capsys)
+
+
+# ---- task files ------------------------------------------------------------------------------
+
+GOOD_SPEC = {"data": "rows.jsonl", "prompt": "Country: {{ country }}\nCapital:", "answer_field": "capital",
+             "answer_regex": r"^\s*([^\n]+)", "split": {"n_tune": 3, "seed": 1}}
+ROWS = [{"country": f"C{i}", "capital": f"K{i}"} for i in range(10)]
+
+
+def write_spec(folder: Path, spec: dict, name: str = "t.yaml") -> Path:
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"split": {"n_tune": "abc"}}, "split.n_tune must be a whole number of at least 1, not 'abc'"),
+    ({"n_tune": "abc"}, "unknown setting(s) n_tune"),
+    ({"stop": 5}, "stop must be a string or a list of non-empty strings, not int 5"),
+    ({"stop": [""]}, "stop must be a string or a list of non-empty strings"),
+    ({"answer_field": ["capital"]}, "answer_field must be a field name, not list ['capital']"),
+    ({"data": 123}, "data must be a file path, not int 123"),
+    ({"max_new_tokens": "lots"}, "max_new_tokens must be a whole number from 1 to 32768, not str 'lots'"),
+    ({"max_new_tokens": True}, "max_new_tokens must be a whole number"),
+    ({"fields": "country"}, "fields must be a list of field names, not str 'country'"),
+    ({"split": [1, 2]}, "split must be a mapping, not list"),
+    ({"split": {"seed": 1.5}}, "split.seed must be a whole number, not 1.5"),
+    ({"prompt": "{{ 1 / 0 }}"}, "the prompt template cannot be filled (division by zero)"),
+    ({"answer_regex": "a{99999999999}"}, "answer_regex is not a valid regular expression"),
+    ({"name": 2024}, "name must be a string, not int 2024"),
+])
+def test_wrongly_typed_task_file_setting(tmp_path, capsys, change, message):
+    path = write_spec(tmp_path, {**GOOD_SPEC, **change})
+    line = refused(run_args(tmp_path / "out", task=str(path)), capsys)
+    assert f"task file {path}: {message}" in line or message in line
+
+
+def test_good_task_file_loads(tmp_path):
+    task = load_task_file(write_spec(tmp_path, GOOD_SPEC))
+    splits = task.load()
+    assert len(splits.tune) == 3 and len(splits.eval) == 7
+
+
+# ---- properties: generated input answers exit 2 or works, never a traceback ----------------------
+
+NUMERIC = ["--lr", "--steps", "--tokens", "--batch-size", "--eval-batch-size", "--shots", "--limit", "--seed",
+           "--curve-every", "--curve-items", "--length-group"]
+VALUES = st.one_of(st.integers(min_value=-(2**80), max_value=2**80).map(str),
+                   st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                   st.text(max_size=20))
+WORDS = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+
+
+@FAST
+@given(option=st.sampled_from(NUMERIC), value=VALUES)
+def test_property_numeric_options(toy, tmp_path, capsys, option, value):
+    _exit_2_or_reaches_the_model(run_args(tmp_path, f"{option}={value}"), capsys)
+
+
+@FAST
+@given(option=st.sampled_from(["--device", "--dtype", "--init", "--method", "--task", "--model", "--out",
+                               "--source", "--chat-template", "--kind"]), value=WORDS)
+def test_property_text_options(toy, tmp_path, capsys, option, value):
+    if option == "--out" and not value.strip():
+        value = "x"
+    if option == "--out":
+        value = str(tmp_path / value.replace("\x00", ""))
+    if option == "--source" and value not in ("offline", "hub"):
+        value = str(tmp_path / "missing") + value  # never a real file of this machine
+    _exit_2_or_reaches_the_model(run_args(tmp_path, f"{option}={value}"), capsys)
+
+
+def _exit_2_or_reaches_the_model(args, capsys):
+    try:
+        code = cli.main(args)
+    except ModelLoad:
+        code = None
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    if code is not None:
+        assert code == 2 and len(err.strip("\n").split("\n")) == 1, err
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | WORDS,
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(WORDS, inner, max_size=3),
+                           max_leaves=8)
+
+
+@FAST
+@given(changes=st.dictionaries(st.sampled_from(sorted(load_task_file.__globals__["KEYS"]) + ["other"]),
+                               JSON_VALUES, max_size=3))
+def test_property_task_file_loader(tmp_path, changes):
+    path = write_spec(tmp_path, {**GOOD_SPEC, **changes}, name="p.json")
+    path.write_text(json.dumps({**GOOD_SPEC, **changes}))
+    try:
+        task = load_task_file(path)
+        splits = task.load()
+        for example in splits.eval[:2]:
+            output = task.target(example)
+            task.match(task.strict(task.render(example) + output, example), example)
+            task.match(task.lenient(output, example), example)
+    except UserError:
+        pass
+
+
+@FAST
+@given(content=st.binary(max_size=300) | WORDS.map(str.encode),
+       suffix=st.sampled_from([".jsonl", ".json", ".csv", ".jsonl.gz", ".parquet", ".arrow"]))
+def test_property_data_file_reader(tmp_path, content, suffix):
+    path = tmp_path / f"data{suffix}"
+    path.write_bytes(content)
+    try:
+        rows = read_local(path)
+    except UserError:
+        return
+    assert isinstance(rows, list)
