@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval.metrics import answer_counts, top_answer
+from softeval.runs import folder_name
 
 INDEX_NAME = "index.sqlite"
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
@@ -148,8 +149,8 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
     results = load_results(run_dir)
     where = {"method": run_dir.parent.name, "task": run_dir.parent.parent.name, "seed": int(match[1])}
     for key, expected in where.items():
-        # The writer slugs task names into folder names (custom tasks may hold '/' or spaces).
-        if results[key] != expected and not (key == "task" and _slug(str(results[key])) == expected):
+        # The writer turns task names into folder names (task files are paths) by runs.folder_name.
+        if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
             raise RunFormatError(f"results.json says {key}={results[key]!r} but the folder says {expected!r}")
     if results["method"] not in METHODS:
         raise RunFormatError(f"unknown method {results['method']!r}")
@@ -287,11 +288,6 @@ def _upsert(conn: sqlite3.Connection, run: Run) -> None:
          *[values[m] for m in METRICS], json.dumps(r["metrics"]), top_answer(r), r.get("finished_at"),
          datetime.now(UTC).isoformat(timespec="seconds")),
     )
-
-
-def _slug(name: str) -> str:
-    """The run writer's folder-name rule (softeval.models.slug), without importing the model stack."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", name.rstrip("/")).strip("-")
 
 
 def _relative(out_root: Path, run_dir: Path) -> str:

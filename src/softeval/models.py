@@ -101,11 +101,10 @@ class LoadedModel:
 
 
 def slug(name: str) -> str:
-    """A folder-safe name for a model: preset name, or hub id / path with '/' turned into '--'."""
-    text = name.rstrip("/")
-    if os.path.exists(text):
-        text = Path(text).name
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "model"
+    """A model's folder name; the rule lives in one place, ``softeval.runs.folder_name``."""
+    from softeval.runs import folder_name
+
+    return folder_name(name)
 
 
 def cache_root() -> Path:

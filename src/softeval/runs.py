@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -20,12 +21,29 @@ from softeval.errors import UserError
 from softeval.locking import Locked, file_lock
 
 RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
-from softeval.models import slug
 
 # Options that change a run's numbers: a finished run with other values is a different run.
 IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", "shots", "tokens", "lr",
                  "init", "chat_template", "soft_prompt", "dtype", "batch_size", "skip_bad_rows",
                  "length_group")
+
+
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
+
+
+def folder_name(name: str) -> str:
+    """The folder a model or task name is written to: the one rule for the run writer and every reader.
+
+    A pure function of the name (it never looks at the disk), so every process in any working
+    directory, and the index checking a folder against its results.json, maps a name to the same
+    folder. A file path (a task file .yaml/.yml/.json, a .gguf model, or a name starting with '/',
+    './', '../' or '~') gives its last part; any other name (preset, task, hub id ``org/name``) has
+    each run of characters outside ``[A-Za-z0-9._-]`` turned into ``--``.
+    """
+    text = name.strip().rstrip("/")
+    if text.lower().endswith(_FILE_SUFFIXES) or text.startswith(("/", "./", "../", "~")):
+        text = text.rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "unnamed"
 
 
 def now() -> str:
@@ -40,7 +58,7 @@ class RunFolder:
     @classmethod
     def at(cls, out: str | Path, model: str, task: str, method: str, seed: int) -> RunFolder:
         out = Path(out)
-        return cls(out, out / slug(model) / slug(task) / method / f"seed{seed}")
+        return cls(out, out / folder_name(model) / folder_name(task) / method / f"seed{seed}")
 
     @property
     def partial(self) -> Path:
