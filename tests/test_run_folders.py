@@ -44,3 +44,74 @@ def test_folder_name_is_one_pure_rule():
     assert folder_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB--SmolLM2-135M"
     assert folder_name("my tasks/qa") == "my--tasks--qa"
     assert folder_name("mmlu") == "mmlu"
+
+
+def _toy(out: Path, **kw) -> RunConfig:
+    base = dict(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=6, steps=4, shots=1, tokens=2,
+                lr=0.1, out=str(out), curve_every=2, curve_items=4, eval_batch_size=3)
+    return RunConfig(**{**base, **kw})
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    from tiny import format_task
+
+    from softeval import tasks
+
+    task = format_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+    return task
+
+
+def test_kind_base_then_no_kind_is_not_reported_as_the_same_run(toy, tmp_path):
+    from softeval.errors import UserError
+
+    run_job(_toy(tmp_path, kind="base"), lm=tiny_lm())
+    with pytest.raises(UserError, match=r"other settings.*kind: 'base' -> None"):
+        run_job(_toy(tmp_path), lm=tiny_lm())
+
+
+def test_curve_items_is_part_of_the_run_identity(toy, tmp_path):
+    from softeval.errors import UserError
+
+    run_job(_toy(tmp_path, methods=("few-shot",)), lm=tiny_lm())
+    with pytest.raises(UserError, match=r"other settings.*curve_items: 4 -> 2"):
+        run_job(_toy(tmp_path, methods=("few-shot",), curve_items=2), lm=tiny_lm())
+
+
+def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
+    from dataclasses import fields
+
+    from softeval.runs import NOT_IDENTITY, identity_of
+
+    config = _toy(tmp_path)
+    every = {f.name for f in fields(RunConfig)} - {"methods"} | {"method"}
+    assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY)
+    assert set(NOT_IDENTITY) == {"out", "force", "wait"}
+    # Output root, --force, --wait: the same run, found and skipped.
+    first = run_job(config, lm=tiny_lm())[0]
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (tmp_path / "tiny-0").rename(moved / "tiny-0")
+    again = run_job(_toy(moved, force=False, wait=True), lm=tiny_lm())[0]
+    assert again["finished_at"] == first["finished_at"]
+
+
+def test_a_finished_run_without_a_recorded_option_is_another_run_and_says_why(toy, tmp_path):
+    from softeval.errors import UserError
+
+    run_job(_toy(tmp_path), lm=tiny_lm())
+    path = tmp_path / "tiny-0/toyformat/zero-shot/seed0/results.json"
+    results = json.loads(path.read_text())
+    del results["config"]["length_group"]  # as written by a softeval that did not have the option
+    path.write_text(json.dumps(results))
+    with pytest.raises(UserError, match=r"length_group: not recorded -> 1.*--force"):
+        run_job(_toy(tmp_path), lm=tiny_lm())
+
+
+def test_negative_curve_items_is_refused(toy, tmp_path, capsys):
+    from softeval import cli
+
+    code = cli.main(["run", "--model", "tiny-0", "--task", "toyformat", "--curve-items", "-1", "--out", str(tmp_path)])
+    assert code == 2 and "--curve-items must be at least 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

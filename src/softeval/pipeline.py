@@ -67,7 +67,9 @@ class RunConfig:
     wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
     skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
 
-    def identity(self, method: str) -> dict:
+    def options(self, method: str) -> dict:
+        """Every option of the run of one method (results.json "config"); its identity is all of
+        them but ``runs.NOT_IDENTITY``."""
         data = asdict(self)
         data["method"] = method
         data.pop("methods")
@@ -146,7 +148,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
     results = []
     for method in config.methods:
         folder = RunFolder.at(config.out, config.model, config.task, method, config.seed)
-        identity = job.config.identity(method)
+        identity = job.config.options(method)
         with folder.lock(config.wait, on_wait=lambda who, f=folder: console.print(
                 f"{method}: {f.final} is being written by {describe(who)}; waiting (--wait)", markup=False),
                 on_stale=lambda who: console.print(

@@ -22,10 +22,35 @@ from softeval.locking import Locked, file_lock
 
 RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
 
-# Options that change a run's numbers: a finished run with other values is a different run.
-IDENTITY_KEYS = ("model", "task", "method", "seed", "limit", "source", "steps", "shots", "tokens", "lr",
-                 "init", "chat_template", "soft_prompt", "dtype", "batch_size", "skip_bad_rows",
-                 "length_group")
+# The run's identity is every option it was run with (results.json "config") except these, which
+# provably cannot change a number in its files; anything else, including options added later, is
+# part of it. Kept in: device and dtype (kernels and precision differ), eval_batch_size (batch
+# composition changes padding and matmul shapes, which can flip a greedy near-tie), curve_every and
+# curve_items (the curve, the tuning pool and the shots), kind (the chat template).
+NOT_IDENTITY = (
+    "out",    # where the folders go; moving a runs folder keeps its runs
+    "force",  # whether to replace a finished run: decides what happens, not what is computed
+    "wait",   # whether to wait for another process writing the run
+)
+NOT_RECORDED = "not recorded"
+
+
+def identity_of(options: dict) -> dict:
+    """The part of a run's options that defines it (see NOT_IDENTITY)."""
+    return {k: v for k, v in options.items() if k not in NOT_IDENTITY}
+
+
+def identity_diff(old: dict, new: dict) -> list[str]:
+    """'key: old -> new' for each identity option that differs; an option a run did not record (it
+    was written before the option existed) counts as different: its effect then is unknown."""
+    old, new = identity_of(old), identity_of(new)
+
+    def show(options: dict, key: str) -> str:
+        return repr(options[key]) if key in options else NOT_RECORDED
+
+    keys = list(new) + [k for k in old if k not in new]
+    return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in keys
+            if k not in old or k not in new or old[k] != new[k]]
 
 
 _FILE_SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
@@ -102,11 +127,10 @@ class RunFolder:
         if force:
             shutil.rmtree(self.final)
             return False
-        old = {k: done.get("config", {}).get(k) for k in IDENTITY_KEYS}
-        new = {k: config.get(k) for k in IDENTITY_KEYS}
-        if old != new:
-            diff = ", ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in IDENTITY_KEYS if old[k] != new[k])
-            raise UserError(f"a finished run with other settings is at {self.final} ({diff}). "
+        recorded = done.get("config")
+        diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
+        if diff:
+            raise UserError(f"a finished run with other settings is at {self.final} ({'; '.join(diff)}). "
                             "Pass --force to replace it, or --out to write elsewhere.")
         return True
 
@@ -119,7 +143,7 @@ class RunFolder:
                 old = json.loads(marker.read_text())
             except json.JSONDecodeError:
                 old = {}
-            if any(old.get(k) != config.get(k) for k in IDENTITY_KEYS):
+            if not isinstance(old, dict) or identity_diff(old, config):
                 shutil.rmtree(self.partial)
         self.partial.mkdir(parents=True, exist_ok=True)
         if config is not None:
