@@ -30,7 +30,7 @@ from softeval.locking import describe
 from softeval.metrics import aggregate, answer_counts
 from softeval.models import load_model
 from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
-from softeval.runs import RunFolder, git_hash, now, versions
+from softeval.runs import RunFolder, git_hash, identity_of, now, versions
 from softeval.scoring import add_loglik, score_output
 from softeval.softprompt import SoftPrompt
 from softeval.tasks import get_task
@@ -174,7 +174,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
             soft_prompt = loaded
             tuning = {"loaded_from": str(cfg.soft_prompt)}
         else:
-            soft_prompt, tuning, curve = tune_soft_prompt(job, partial)
+            soft_prompt, tuning, curve = tune_soft_prompt(job, partial, identity_of(identity))
         soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
@@ -273,7 +273,7 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     return outputs, option_scores
 
 
-def tune_soft_prompt(job: Job, partial: Path):
+def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     cfg, console = job.config, job.console
     tcfg = TuneConfig(num_tokens=cfg.tokens, init=cfg.init, steps=cfg.steps, batch_size=cfg.batch_size,
                       lr=cfg.lr, seed=cfg.seed, curve_every=cfg.curve_every, curve_items=cfg.curve_items,
@@ -288,7 +288,8 @@ def tune_soft_prompt(job: Job, partial: Path):
                 console.print(f"step {point['step']}/{cfg.steps}: loss {point['loss']:.3f}, held-out tuning "
                               f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
 
-        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step)
+        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
+                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False))
     if result.stopped_early:
         console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
     summary = result.summary()

@@ -156,8 +156,8 @@ class RunFolder:
         write_jsonl(folder / "samples.jsonl", samples)
         if curve is not None:
             write_jsonl(folder / "curve.jsonl", curve)
-        for scratch in ("tune_state.pt", "outputs.jsonl"):  # resume state, superseded by the files above
-            (folder / scratch).unlink(missing_ok=True)
+        for scratch in [*folder.glob("tune_state*"), folder / "outputs.jsonl"]:  # resume state, superseded
+            scratch.unlink(missing_ok=True)
         write_json(folder / "results.json", results)
         if self.final.exists():  # never rename onto a folder (os.replace would merge into an empty one)
             raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "

@@ -9,14 +9,17 @@ tuning resumes where an interrupted run stopped.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from softeval import checkpoint as ckpt
 from softeval import engine
 from softeval.metrics import first_step_reaching
 from softeval.scoring import score_output
@@ -89,9 +92,14 @@ def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_si
 
 
 def tune(lm, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
-         checkpoint: Path | None = None, on_step=None) -> TuneResult:
+         checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None) -> TuneResult:
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
-    (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored)."""
+    (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
+
+    ``checkpoint``: a folder to save the state in at every curve point and to resume from
+    (softeval.checkpoint). The state records ``identity`` (the run's, from the caller), this config
+    and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
+    """
     started = time.time()
     torch.manual_seed(config.seed)
     device = lm.device
@@ -107,15 +115,12 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
     curve: list[dict] = []
     step, last_loss, stopped = 0, None, None
     earlier_seconds, resumed_at = 0.0, []
-    state_file = checkpoint / "tune_state.pt" if checkpoint else None
-    if state_file and state_file.exists():
-        state = torch.load(state_file, map_location=device, weights_only=False)
-        soft.weight.data.copy_(state["soft"])
-        optimizer.load_state_dict(state["optimizer"])
+    identity = {"run": identity, "tune": asdict(config),
+                "items": hashlib.sha256("\n".join(e.id for e in train + curve_items).encode()).hexdigest()}
+    state = checkpoint and ckpt.load(checkpoint, identity, soft.weight, optimizer, log or _stderr)
+    if state:
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
-        # Checkpoints written before these were recorded: the time before the resume is unknown (0).
-        earlier_seconds = state.get("seconds", 0.0)
-        resumed_at = state.get("resumed_at", []) + [step]
+        earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
     if step == 0 and config.curve_every and curve_items:
         curve.append({"step": 0, "loss": None, **curve_point(lm, prompter, curve_items, soft.weight.detach(),
                                                              config.eval_batch_size)})
@@ -141,9 +146,10 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
         if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
             point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size))
-            if state_file:
-                _save_state(state_file, soft, optimizer, step, curve + [point], last_loss,
-                            earlier_seconds + time.time() - started, resumed_at)
+            if checkpoint:
+                ckpt.save(checkpoint, soft.weight, optimizer, identity,
+                          {"step": step, "loss": last_loss, "curve": curve + [point],
+                           "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
         curve.append(point)
         if on_step:
             on_step(point)
@@ -151,10 +157,5 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
                       stopped, earlier_seconds + time.time() - started, asdict(config), resumed_at)
 
 
-def _save_state(path: Path, soft: SoftPrompt, optimizer, step: int, curve: list[dict], loss: float,
-                seconds: float, resumed_at: list[int]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"soft": soft.weight.detach().cpu(), "optimizer": optimizer.state_dict(), "step": step,
-                "curve": curve, "loss": loss, "seconds": seconds, "resumed_at": resumed_at}, tmp)
-    tmp.replace(path)
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)

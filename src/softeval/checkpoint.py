@@ -1,0 +1,170 @@
+"""The tuning checkpoint in a run's .partial folder: tensors in safetensors, the rest in JSON. No pickles.
+
+A runs folder may be shared, so a checkpoint is untrusted input: loading one must never run code
+(``torch.load`` of a pickle can), and a damaged or foreign one must be discarded with a message, not
+crash or be resumed from. Files:
+
+- ``tune_state-<step>.safetensors``: ``soft`` (the soft prompt) and ``optim.<param>.<name>`` (AdamW's
+  moment tensors and step counter);
+- ``tune_state.json``: format, step, loss, curve so far, seconds, resumed_at, the RNG states as lists,
+  the optimizer's non-tensor state, the run identity, and the tensor file's name and sha256.
+
+The JSON is written last and names its tensor file, so a process killed between the two writes leaves
+the previous, consistent pair. Checkpoints of older versions (``tune_state.pt``, a pickle) are deleted
+unread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+FORMAT = "softeval-tune-state/1"
+STATE = "tune_state.json"
+LEGACY = "tune_state.pt"
+TENSOR_GLOB = "tune_state-*.safetensors"
+
+
+def files(folder: Path) -> list[Path]:
+    """Every checkpoint file in a folder (what a finished run deletes)."""
+    folder = Path(folder)
+    return [p for p in [folder / STATE, folder / LEGACY, *folder.glob(TENSOR_GLOB)] if p.exists()]
+
+
+def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, identity: dict, meta: dict) -> None:
+    """Write the checkpoint of step ``meta['step']`` (meta: step, loss, curve, seconds, resumed_at)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = optimizer.state_dict()
+    tensors = {"soft": soft.detach().cpu().contiguous()}
+    plain: dict[str, dict] = {}
+    for pid, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{pid}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                plain.setdefault(str(pid), {})[name] = value
+    name = f"tune_state-{meta['step']}.safetensors"
+    tmp = folder / (name + ".tmp")
+    save_file(tensors, str(tmp))
+    os.replace(tmp, folder / name)
+    record = {"format": FORMAT, **meta, "identity": identity, "tensors": name, "sha256": _sha256(folder / name),
+              "optimizer": {"param_groups": state["param_groups"], "state": plain}, "rng": _rng_state()}
+    tmp = folder / (STATE + ".tmp")
+    tmp.write_text(json.dumps(record, default=_jsonable))
+    os.replace(tmp, folder / STATE)
+    for old in folder.glob(TENSOR_GLOB):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.optim.Optimizer,
+         log: Callable[[str], None]) -> dict | None:
+    """Restore soft prompt, optimizer and RNG from the folder's checkpoint and return its JSON record;
+    None (and nothing changed) when there is none. A legacy pickle, a damaged file or a checkpoint of
+    another run is deleted with a message via ``log``, and None returned: tuning starts afresh."""
+    folder = Path(folder)
+    if (folder / LEGACY).exists():
+        (folder / LEGACY).unlink()
+        log(f"deleted {folder / LEGACY} unread: older checkpoints are pickles, which softeval never loads "
+            "(loading one can run code); tuning starts afresh")
+    if not (folder / STATE).exists():
+        _discard(folder)  # tensor files whose JSON never got written
+        return None
+    try:
+        record, tensors = _read(folder)
+        if record["identity"] != json.loads(json.dumps(identity, default=_jsonable)):
+            raise ValueError("it was written for other settings")
+        optim_state = _optimizer_state(record, tensors, soft)
+        rng = _rng_from(record["rng"])
+        optimizer.load_state_dict(optim_state)  # last: it either fails unchanged or succeeds
+    except (OSError, ValueError, KeyError, TypeError, IndexError, SafetensorError, RuntimeError) as err:
+        _discard(folder)
+        log(f"discarded the tuning checkpoint in {folder} ({err}); tuning starts afresh")
+        return None
+    with torch.no_grad():
+        soft.copy_(tensors["soft"].to(soft.device))
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return record
+
+
+def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    try:
+        record = json.loads((folder / STATE).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{STATE} is not text: {err}") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise ValueError(f"{STATE} is not a {FORMAT} checkpoint")
+    path = folder / str(record["tensors"])
+    if path.parent != folder or not path.name.startswith("tune_state-"):
+        raise ValueError(f"{STATE} names a tensor file outside the checkpoint")
+    if _sha256(path) != record["sha256"]:
+        raise ValueError(f"{path.name} does not match the sha256 in {STATE}")
+    return record, load_file(str(path))
+
+
+def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], soft: torch.Tensor) -> dict:
+    saved = tensors["soft"]
+    if saved.shape != soft.shape or saved.dtype != soft.dtype:
+        raise ValueError(f"its soft prompt is {tuple(saved.shape)} {saved.dtype}, this run's is "
+                         f"{tuple(soft.shape)} {soft.dtype}")
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, pid, name = key.split(".", 2)
+            if name.startswith("exp_avg") and value.shape != soft.shape:
+                raise ValueError(f"optimizer tensor {name} has shape {tuple(value.shape)}")
+            state.setdefault(int(pid), {})[name] = value.to(soft.device)
+    for pid, values in record["optimizer"]["state"].items():
+        state.setdefault(int(pid), {}).update(values)
+    return {"state": state, "param_groups": record["optimizer"]["param_groups"]}
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state().tolist(), "python": _jsonable(random.getstate())}
+    if torch.cuda.is_available():
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def _rng_from(state: dict) -> dict:
+    """The saved RNG states as the objects torch and random take back (checked before any is set)."""
+    out = {"torch": torch.tensor(state["torch"], dtype=torch.uint8)}
+    if out["torch"].shape != torch.get_rng_state().shape:
+        raise ValueError("its torch RNG state has the wrong size")
+    version, internal, gauss = state["python"]
+    out["python"] = (version, tuple(internal), gauss)
+    random.Random().setstate(out["python"])  # validates without touching the global generator
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        out["cuda"] = [torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]]
+    return out
+
+
+def _discard(folder: Path) -> None:
+    for path in files(folder):
+        path.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value
