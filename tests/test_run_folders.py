@@ -113,5 +113,5 @@ def test_negative_curve_items_is_refused(toy, tmp_path, capsys):
     from softeval import cli
 
     code = cli.main(["run", "--model", "tiny-0", "--task", "toyformat", "--curve-items", "-1", "--out", str(tmp_path)])
-    assert code == 2 and "--curve-items must be at least 0" in capsys.readouterr().err
+    assert code == 2 and "--curve-items must be between 0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
