@@ -43,8 +43,12 @@ def write_run(
     model_kind: str = "base",
     curve: list[dict[str, Any]] | None = None,
     partial: bool = False,
+    cloze_correct: Sequence[bool] | None = None,
+    legacy: bool = False,
 ) -> Path:
-    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
+    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'.
+    ``legacy``: as softeval wrote it before the letter metric was renamed (``loglik_accuracy``,
+    ``loglik_correct``) and before cloze scores and failure causes."""
     n = len(correct)
     format_ok = list(format_ok) if format_ok is not None else [True] * n
     lenient_correct = list(lenient_correct) if lenient_correct is not None else list(correct)
@@ -65,9 +69,15 @@ def write_run(
             "strict": strict, "lenient": lenient, "gold": gold, "format_ok": bool(format_ok[i]),
             "correct": bool(correct[i]), "lenient_correct": bool(lenient_correct[i]),
         }
+        prefix = "" if legacy else "letter_"
         if loglik_correct is not None:
-            sample["loglik_pred"] = gold if loglik_correct[i] else wrong
-            sample["loglik_correct"] = bool(loglik_correct[i])
+            sample[f"{prefix}loglik_pred"] = gold if loglik_correct[i] else wrong
+            sample[f"{prefix}loglik_correct"] = bool(loglik_correct[i])
+        if cloze_correct is not None:
+            sample["cloze_correct"] = sample["cloze_norm_correct"] = bool(cloze_correct[i])
+        if not legacy:
+            sample["hit_max_new_tokens"] = False
+            sample["failure"] = None if format_ok[i] else "wrong_style"
         samples.append(sample)
     n_fmt = sum(format_ok)
     metrics = {
@@ -77,7 +87,9 @@ def write_run(
         "lenient_accuracy": _metric(sum(lenient_correct), n),
     }
     if loglik_correct is not None:
-        metrics["loglik_accuracy"] = _metric(sum(loglik_correct), n)
+        metrics["loglik_accuracy" if legacy else "letter_loglik_accuracy"] = _metric(sum(loglik_correct), n)
+    if cloze_correct is not None:
+        metrics["cloze_accuracy"] = metrics["cloze_accuracy_norm"] = _metric(sum(cloze_correct), n)
     results = {
         "softeval_version": "0.1.0", "model": model, "model_kind": model_kind, "task": task,
         "method": method, "seed": seed, "n": n, "metrics": metrics, "item_ids": ids,
@@ -90,6 +102,11 @@ def write_run(
     }
     if method == "soft-prompt":
         results["tuning"] = {"steps": len(curve or []), "lr": 0.03}
+    if not legacy:
+        failed = n - n_fmt
+        results["format_failures"] = {"causes": {"empty": 0, "max_new_tokens": 0, "wrong_style": failed,
+                                                 "refusal_or_echo": 0, "other": 0},
+                                      "failed": failed, "hit_max_new_tokens": 0}
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (run_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
     if curve is not None:
@@ -125,7 +142,8 @@ def demo_runs(out: Path, n: int = 60, name_prefix: str = "") -> list[tuple[str, 
         fmt = outcomes(n, min(1.0, zero + 0.35), offset=i)
         strict = [c and f for c, f in zip(outcomes(n, soft, offset=i), fmt)]
         write_run(out, base, "mmlu", "zero-shot", strict, format_ok=fmt,
-                  lenient_correct=outcomes(n, soft, offset=i), loglik_correct=outcomes(n, soft + 0.05))
+                  lenient_correct=outcomes(n, soft, offset=i), loglik_correct=outcomes(n, soft + 0.05),
+                  cloze_correct=outcomes(n, soft + 0.1))
         write_run(out, base, "mmlu", "few-shot", outcomes(n, few, offset=i),
                   loglik_correct=outcomes(n, soft + 0.05))
         write_run(out, base, "mmlu", "soft-prompt", outcomes(n, soft, offset=i), curve=demo_curve(),

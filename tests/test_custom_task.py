@@ -57,14 +57,15 @@ def test_shipped_example_runs_end_to_end_on_a_tiny_model(tmp_path):
     assert json.loads(samples[0])["prompt"].startswith("Answer with the name of the city only.\n\nQuestion: What")
 
 
-def test_multiple_choice_task_file_gets_loglik_accuracy(tmp_path):
+def test_multiple_choice_task_file_gets_letter_and_cloze_scores(tmp_path):
     from tiny import tiny_lm
 
     path = write_task(tmp_path, MC_SPEC, name="mc.json")
     config = RunConfig(model="tiny-0", task=str(path), methods=("zero-shot",), limit=5, eval_batch_size=5,
                        out=str(tmp_path / "runs"), device="cpu")
     (result,) = run_job(config, lm=tiny_lm())
-    assert "loglik_accuracy" in result["metrics"] and result["split"]["n_tune"] == 15
+    assert {"letter_loglik_accuracy", "cloze_accuracy", "cloze_accuracy_norm"} <= set(result["metrics"])
+    assert result["split"]["n_tune"] == 15
 
 
 def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch):
@@ -82,7 +83,7 @@ def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         run_job(config("resumed"), lm=tiny_lm())
     (resumed,) = run_job(config("resumed"), lm=tiny_lm())
-    assert resumed["metrics"] == full["metrics"] and "loglik_accuracy" in resumed["metrics"]
+    assert resumed["metrics"] == full["metrics"] and "cloze_accuracy" in resumed["metrics"]
 
 
 def test_multiple_choice_answers_by_letter_text_or_index(tmp_path):

@@ -29,7 +29,8 @@ def test_run_on_packaged_smollm2_writes_three_runs(tmp_path, capsys):
         assert results["chat_template"] is True  # post-trained preset with a template: auto turns it on
         assert results["item_ids"][0].count("/test/") == 1  # scored on the test split
         metrics = results["metrics"]
-        for name in ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy"):
+        for name in ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "letter_loglik_accuracy",
+                     "cloze_accuracy", "cloze_accuracy_norm"):
             assert name in metrics
         # The instruct model with its chat template answers MMLU with a letter most of the time.
         assert metrics["format_rate"]["value"] >= 0.5

@@ -33,8 +33,9 @@ def test_report_is_self_contained_escaped_and_complete(report: Path) -> None:
     assert "<script" not in text.lower()
     assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:)?//|url\(|@import', text)
     charts = CHART.findall(text)
-    # format/accuracy, decomposition (1 task), learning curves, rank scatter (1 task)
-    assert len(charts) == 4
+    # format/accuracy, decomposition, knowledge bars, failure causes (1 task each), learning curves,
+    # rank scatter (1 task)
+    assert len(charts) == 6
     for data in charts:
         assert ET.fromstring(base64.b64decode(data)).tag.endswith("svg")
     for heading in ("Metrics", "Format-following against accuracy", "Knowledge versus format",

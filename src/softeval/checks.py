@@ -26,6 +26,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "curve_every": (1, 1_000_000),
     "curve_items": (0, 1_000_000),
     "length_group": (1, 1_000_000),
+    "permutations": (0, 1_000),
     "seed": (-(2**63), 2**63 - 1),
 }
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")

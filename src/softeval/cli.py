@@ -11,8 +11,9 @@ from rich.table import Table
 
 from softeval.errors import UserError, print_error
 from softeval.metrics import top_answer
+from softeval.protocol import METRICS
 
-METRIC_COLUMNS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
+METRIC_COLUMNS = METRICS
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -35,6 +36,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
     p.add_argument("--wait", action="store_true",
                    help="when another process is writing the same run, wait for it (default: exit 2 naming it)")
+    p.add_argument("--permutations", type=int, default=C.permutations, metavar="K",
+                   help="multiple choice: also score the option letters with the options in K seeded orders "
+                        "(permutation_consistency, circular_accuracy); default off")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip data rows that lack a field or whose answer is outside its options, and count them "
                         "in results.json (default: stop with an error naming the file and row)")
@@ -137,7 +141,8 @@ def cmd_eval(args) -> int:
 
 
 SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": "knowledge",
-         "lenient_accuracy": "lenient", "loglik_accuracy": "loglik"}
+         "lenient_accuracy": "lenient", "letter_loglik_accuracy": "letter ll", "cloze_accuracy": "cloze",
+         "cloze_accuracy_norm": "cloze norm", "permutation_consistency": "perm. cons.", "circular_accuracy": "circular"}
 
 
 def print_table(results: list[dict]) -> None:

@@ -17,8 +17,18 @@ from rich.table import Table
 from rich.text import Text
 
 from softeval import index
-from softeval.compare import PER_ITEM, POST_METHODS, Comparison, compare_runs, load_runs, parse_pairs
+from softeval.compare import (
+    PER_ITEM,
+    POST_METHODS,
+    Comparison,
+    PairedRow,
+    compare_runs,
+    load_runs,
+    paired_method_tests,
+    parse_pairs,
+)
 from softeval.errors import UserError
+from softeval.metrics import LEGACY_METRICS
 
 DEFAULT_RUNS = "runs"
 
@@ -31,9 +41,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--rebuild", action="store_true", help="rebuild the index from the run folders first")
     p.set_defaults(handler=cmd_runs)
 
-    p = subparsers.add_parser("compare", help="do base-model scores predict the post-trained ranking?")
+    p = subparsers.add_parser("compare", help="paired tests between methods (McNemar) and, with --pair, do "
+                                             "base-model scores predict the post-trained ranking?")
     p.add_argument("runs_dir", nargs="?", default=DEFAULT_RUNS, metavar="RUNS_DIR")
-    _ranking_args(p, required=True)
+    _ranking_args(p, required=False)
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
     p.set_defaults(handler=cmd_compare)
 
@@ -53,7 +64,8 @@ def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
         metavar="BASE=POST",
         help="a base model and its post-trained version (repeat; at least 3 pairs)",
     )
-    p.add_argument("--metric", default="accuracy", choices=list(PER_ITEM), help="score to rank by")
+    p.add_argument("--metric", default="accuracy", choices=[*PER_ITEM, *LEGACY_METRICS],
+                   help="score to rank by (and to test methods on)")
     p.add_argument(
         "--post-method",
         default="zero-shot",
@@ -113,17 +125,48 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
     runs, skipped = load_runs(out)
-    comparison = compare_runs(runs, parse_pairs(args.pair), args.metric, args.post_method, args.n_boot)
+    pairs = parse_pairs(args.pair)
+    paired_metric = args.metric if PER_ITEM.get(args.metric, ("", None))[1] is None else "accuracy"
+    paired = paired_method_tests(runs, paired_metric)
+    comparison = compare_runs(runs, pairs, args.metric, args.post_method, args.n_boot) if pairs else None
     if args.json:
-        data = comparison.to_json()
+        data = comparison.to_json() if comparison else {}
+        data["paired_tests"] = [row.to_json() for row in paired]
         data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in skipped]
         print(json.dumps(data, indent=2))
         return 0
     console = Console()
     for path, why in skipped:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
-    _print_comparison(console, comparison)
+    _print_paired(console, paired)
+    if comparison:
+        _print_comparison(console, comparison)
+    elif not paired:
+        raise UserError("nothing to compare: no model has a soft-prompt run beside a zero-shot or few-shot run "
+                        "on the same task, and no --pair BASE=POST was given for the ranking")
     return 0
+
+
+def _print_paired(console: Console, rows: list[PairedRow]) -> None:
+    if not rows:
+        return
+    table = Table(title=f"soft-prompt against prompting, same model and items: {rows[0].metric}; "
+                        "difference with 95% Newcombe interval, McNemar exact p")
+    for col in ("task", "model", "A", "B", "n", "acc A", "acc B", "B - A [95% CI]", "only A / only B", "p"):
+        table.add_column(col, no_wrap=col in ("task", "A", "B"),
+                         justify="left" if col in ("task", "model", "A", "B") else "right")
+    for row in rows:
+        t = row.test
+        table.add_row(*(Text(cell) for cell in (
+            row.task, row.model, t.a, t.b, str(t.n), _num(t.accuracy_a), _num(t.accuracy_b),
+            f"{t.difference:+.3f} {_ci(t.ci_low, t.ci_high)}", f"{t.a_only} / {t.b_only}", _p(t.p_value))))
+    console.print(table)
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2g}" if value < 0.01 else f"{value:.3f}"
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ across methods, so "soft-prompt beats zero-shot" can get its own interval.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from softeval.errors import UserError
-from softeval.index import METHODS, Run, scan
+from softeval.index import METHODS, Run, read_samples, scan
+from softeval.metrics import metric_name
+from softeval.paired import PairedTest, paired_test
 from softeval.ranking_stats import (
     ItemScores,
     batched_rank_correlations,
@@ -34,9 +35,14 @@ PER_ITEM: dict[str, tuple[str, str | None]] = {
     "accuracy": ("correct", None),
     "lenient_accuracy": ("lenient_correct", None),
     "format_rate": ("format_ok", None),
-    "loglik_accuracy": ("loglik_correct", None),
+    "letter_loglik_accuracy": ("letter_loglik_correct", None),
+    "cloze_accuracy": ("cloze_correct", None),
+    "cloze_accuracy_norm": ("cloze_norm_correct", None),
+    "circular_accuracy": ("circular_correct", None),
     "knowledge_accuracy": ("correct", "format_ok"),  # a ratio: correct among format-following items
 }
+# Paired significance: soft-prompt against each prompting method, on the same model and items.
+PAIRED = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"))
 POST_METHODS = (*METHODS, "best")
 MIN_PAIRS = 3
 
@@ -97,10 +103,7 @@ def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
         if not path.is_file():
             raise UserError(f"{run.rel}: no samples.jsonl, so items cannot be resampled")
         rows: dict[str, tuple[float, float]] = {}
-        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            sample = json.loads(line)
+        for line_no, sample in enumerate(read_samples(run.path), 1):
             if sample.get(num_field) is None:
                 raise UserError(f"{run.rel}: samples.jsonl line {line_no} has no '{num_field}', "
                                 f"so {metric} cannot be computed per item")
@@ -132,6 +135,7 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
 def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "accuracy",
                  post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
+    metric = metric_name(metric)
     _check_inputs(runs, pairs, metric, post_method)
     notes: list[str] = []
     skipped: list[str] = []
@@ -221,6 +225,53 @@ def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metr
                          {b: s for (b, _), s in zip(pairs, base_point)},
                          {p: s for (_, p), s in zip(pairs, post_point)}))
     return rows
+
+
+def item_outcomes(run: Run, metric: str = "accuracy") -> dict[str, bool]:
+    """Per item id, the run's outcome under a per-item metric (``correct`` for accuracy)."""
+    num_field, den_field = PER_ITEM[metric]
+    if den_field is not None:
+        raise UserError(f"{metric} is a ratio over a subset of items; paired tests need a per-item metric")
+    return {str(s["id"]): bool(s[num_field]) for s in read_samples(run.path) if s.get(num_field) is not None}
+
+
+def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[PairedTest]:
+    """McNemar's exact test and the paired difference, soft-prompt against zero-shot and against
+    few-shot, per task and model, on the items both runs scored (one seed each: the lowest; a
+    test whose runs lack samples.jsonl is left out)."""
+    metric = metric_name(metric)
+    if metric not in PER_ITEM:
+        raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
+    first: dict[tuple[str, str, str], Run] = {}
+    for run in sorted(runs, key=lambda r: r.seed):
+        first.setdefault((run.task, run.model, run.method), run)
+    tests = []
+    for task, model in sorted({(t, m) for t, m, _ in first}):
+        for a, b in PAIRED:
+            run_a, run_b = first.get((task, model, a)), first.get((task, model, b))
+            if run_a is None or run_b is None:
+                continue
+            try:
+                outcome_a, outcome_b = item_outcomes(run_a, metric), item_outcomes(run_b, metric)
+            except (OSError, ValueError, KeyError):
+                continue
+            test = paired_test(a, b, outcome_a, outcome_b)
+            if test.n:
+                tests.append(PairedRow(task, model, metric, test))
+    return tests
+
+
+@dataclass
+class PairedRow:
+    """A paired test of two methods of one model on one task."""
+
+    task: str
+    model: str
+    metric: str
+    test: PairedTest
+
+    def to_json(self) -> dict[str, Any]:
+        return _clean({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json()})
 
 
 def _best_own_method(runs: list[Run], metric: str) -> str | None:

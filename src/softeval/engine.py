@@ -280,8 +280,12 @@ def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | No
 def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
              stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
              prefix_cache: bool | None = None, max_batch_size: int | None = None,
-             on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None) -> list[str]:
+             on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None,
+             hit_limit: list[bool] | None = None) -> list[str]:
     """Greedy continuation of each sequence, cut at the first stop string or EOS.
+
+    ``hit_limit``: a list that gets, per sequence, whether it ran out of ``max_new_tokens`` before a
+    stop string or EOS ended it (the output may be cut off).
 
     ``on_first_logprobs(indices, logprobs)``: called per batch with the items' indices and the
     log-probabilities [batch, vocab] of the first generated token, so single-token option scores
@@ -291,6 +295,9 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
     ``max_batch_size``."""
     outputs: list[str] = [""] * len(seqs)
+    limited = [False] * len(seqs)
+    if hit_limit is not None:
+        hit_limit[:] = limited
     if not seqs:
         return outputs
     prefix = plan_prefix(lm, seqs, soft, prefix_cache)
@@ -298,11 +305,13 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                                max_batch_size, new_tokens=max_new_tokens)
     for batch in length_batches([len(s) for s in seqs], size):
         first = (lambda logp, b=batch: on_first_logprobs(b, logp)) if on_first_logprobs else None
-        texts = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first)
-        for i, text in zip(batch, texts):
-            outputs[i] = text
+        texts, hit = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first)
+        for i, text, cut in zip(batch, texts, hit):
+            outputs[i], limited[i] = text, cut
         if progress:
             progress(len(batch))
+    if hit_limit is not None:
+        hit_limit[:] = limited
     return outputs
 
 
@@ -313,7 +322,8 @@ def _stop_window(lm, stop: Sequence[str]) -> int:
 
 
 def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
-                    on_first=None) -> list[str]:
+                    on_first=None) -> tuple[list[str], list[bool]]:
+    """Outputs of one batch, and per row whether it ran out of tokens (no stop string, no EOS)."""
     inputs = _batch_inputs(lm, seqs, soft, prefix)
     cache = inputs.pop("past_key_values", None)  # a shared prefix's cache, or None: the model makes its own
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
@@ -323,6 +333,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     decode = lm.tokenizer.decode
     tokens: list[list[int]] = [[] for _ in seqs]
     live = list(range(len(seqs)))  # rows still generating, in cache order
+    ended: set[int] = set()  # rows ended by EOS or a stop string
     logits, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
@@ -333,11 +344,13 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
         keep = []
         for slot, (row, token) in enumerate(zip(live, chosen.tolist())):
             if token in eos:
+                ended.add(row)
                 continue
             tokens[row].append(token)
             if stop:
                 tail = decode(tokens[row][-window:], skip_special_tokens=False)
                 if any(s in tail for s in stop):
+                    ended.add(row)
                     continue
             keep.append(slot)
         if not keep or len(tokens[live[keep[0]]]) >= max_new_tokens:
@@ -353,7 +366,8 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
             past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         next_pos = next_pos + 1
-    return [cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens]
+    return ([cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens],
+            [row not in ended and max_new_tokens > 0 for row in range(len(seqs))])
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -393,6 +407,9 @@ def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequenc
             if progress:
                 progress(len(batch))
         return scores
+    if prefix_cache is not False and grouped_usable(lm, contexts, options, n_soft):
+        return grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=batch_size, progress=progress,
+                                       prefix_cache=prefix_cache, max_batch_size=max_batch_size)
     pairs = [(i, j) for i in range(len(contexts)) for j in range(len(options[i]))]
     for i in range(len(contexts)):
         scores[i] = [0.0] * len(options[i])
@@ -409,6 +426,91 @@ def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequenc
             scores[i][j] = float(value.sum())
         if progress:
             progress(len(batch))
+    return scores
+
+
+def grouped_usable(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], n_soft: int) -> bool:
+    """Can the context of each item be run once and its cache shared by its options? Every context
+    needs a token before its last one (or a soft prompt), and a model with sliding-window layers
+    only when every sequence fits its window (the pads between context and option would otherwise
+    count against the window)."""
+    if any(len(c) < (1 if n_soft else 2) for c in contexts):
+        return False
+    if full_attention(lm.model):
+        return True
+    cfg = getattr(lm.model.config, "text_config", lm.model.config)
+    window = getattr(cfg, "sliding_window", None)
+    longest = max(len(c) + max((len(o) for o in opts), default=0) + 1 for c, opts in zip(contexts, options))
+    return bool(window) and n_soft + longest < int(window)
+
+
+def _item_batches(lengths: Sequence[int], widths: Sequence[int], rows: int) -> list[list[int]]:
+    """Items (longest first) packed into batches of at most ``rows`` option rows (at least one item)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    used = 0
+    for i in order:
+        if batches and used + widths[i] <= rows:
+            batches[-1].append(i)
+            used += widths[i]
+        else:
+            batches.append([i])
+            used = widths[i]
+    return batches
+
+
+@torch.no_grad()
+def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
+                            soft: torch.Tensor | None = None, batch_size: int | str = 8, progress: Progress = None,
+                            prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[list[float]]:
+    """``option_logprobs`` with each item's context run once for all its options.
+
+    A batch of items runs its contexts (all but the last token; after the prefix every item shares,
+    when there is one) with the cache kept; the cache rows are repeated once per option, and the
+    options follow as ``[last context token][option]`` with their pads between context and option
+    (attention mask 0, positions counted from the mask), so every option token sees exactly what it
+    sees in ``[pads][soft][context][option]``. ``batch_size`` counts option rows."""
+    scores = [[0.0] * len(opts) for opts in options]
+    n_soft = 0 if soft is None else soft.shape[0]
+    heads = [list(c[:-1]) for c in contexts]
+    prefix = plan_prefix(lm, heads, soft, prefix_cache) if all(heads) else None
+    widths = [max(1, len(opts)) for opts in options]
+    longest_opt = max((len(o) for opts in options for o in opts), default=0) + 1
+    size = _resolve_batch_size(lm, batch_size, max(len(c) for c in contexts) + n_soft + longest_opt,
+                               max_batch_size, keep=longest_opt)
+    embed = lm.model.get_input_embeddings()
+    for items in _item_batches([len(c) for c in contexts], widths, max(size, max(widths))):
+        inputs = _batch_inputs(lm, [heads[i] for i in items], soft, prefix)
+        cache = inputs.pop("past_key_values", None)
+        _, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
+        mask = inputs["attention_mask"]
+        pairs = [(b, j) for b, i in enumerate(items) for j in range(len(options[i]))]
+        if not pairs:
+            continue
+        index = torch.tensor([b for b, _ in pairs], device=mask.device)
+        cache = out.past_key_values
+        cache.batch_select_indices(index)
+        suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
+        width = max(len(x) for x in suffixes)
+        ids = torch.full((len(pairs), width), lm.pad_id, dtype=torch.long)
+        tail = torch.zeros((len(pairs), width), dtype=torch.long)
+        for row, seq in enumerate(suffixes):
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            tail[row, width - len(seq):] = 1
+        full_mask = torch.cat([mask[index], tail.to(mask.device)], dim=1)
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, mask.shape[1]:]
+        logits, _ = forward_last(lm, {"inputs_embeds": embed(ids.to(embed.weight.device)),
+                                      "attention_mask": full_mask, "position_ids": positions}, width,
+                                 past_key_values=cache)
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        for row, (b, j) in enumerate(pairs):
+            cont = list(options[items[b]][j])
+            if cont:
+                span = logp[row, width - 1 - len(cont):]
+                picked = span.gather(-1, torch.tensor(cont, device=span.device)[:, None])
+                scores[items[b]][j] = float(picked.sum())
+        if progress:
+            progress(len(items))
     return scores
 
 

@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from softeval.metrics import answer_counts, top_answer
+from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
+from softeval.protocol import METRICS
 from softeval.runs import folder_name
 
 INDEX_NAME = "index.sqlite"
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
-METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
 REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
 BUSY_TIMEOUT_S = 60.0
 _SEED_DIR = re.compile(r"^seed(-?\d+)$")
@@ -120,6 +120,7 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError("results.json 'metrics' is not an object")
     if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
         raise RunFormatError("results.json 'seed' is not an integer")
+    upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
     if "answers" not in results:  # written before softeval recorded them: count them from the samples
         results["answers"] = _answers_from_samples(run_dir)
     return results
@@ -128,7 +129,7 @@ def load_results(run_dir: Path) -> dict[str, Any]:
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
     """A run's samples.jsonl, one dict per item (OSError if missing, ValueError if not JSON lines)."""
     text = (Path(run_dir) / "samples.jsonl").read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [upgrade_sample(json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 def _answers_from_samples(run_dir: Path) -> dict | None:
@@ -192,6 +193,7 @@ def connect(out_root: Path) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(_SCHEMA)
             _add_top_answer_column(conn, out_root)
+            _add_metric_columns(conn)
             return conn
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -218,6 +220,30 @@ def _add_top_answer_column(conn: sqlite3.Connection, out_root: Path) -> None:
                 except (RunFormatError, OSError):
                     continue  # folder gone or broken: `softeval runs --rebuild` drops it
                 conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _add_metric_columns(conn: sqlite3.Connection) -> None:
+    """An index written before a metric column existed gets it, filled from ``metrics_json`` (old
+    names read under today's): one transaction, a second process finds the columns there."""
+    def missing() -> list[str]:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        return [m for m in METRICS if m not in have]
+
+    if not missing():
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        new = missing()
+        for name in new:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} REAL")
+        for path, metrics_json in conn.execute("SELECT path, metrics_json FROM runs").fetchall():
+            metrics = upgrade_results({"metrics": json.loads(metrics_json)})["metrics"]
+            values = [(metrics.get(name) or {}).get("value") for name in new]
+            conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in new)} WHERE path = ?", (*values, path))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -271,7 +297,7 @@ def list_runs(out_root: Path) -> list[dict[str, Any]]:
     runs = []
     for row in rows:
         item = dict(row)
-        item["metrics"] = json.loads(item.pop("metrics_json"))
+        item["metrics"] = upgrade_results({"metrics": json.loads(item.pop("metrics_json"))})["metrics"]
         item["run_dir"] = str(out_root / item["path"])
         runs.append(item)
     return runs

@@ -2,7 +2,14 @@
 
 Definitions (DESIGN.md): accuracy = strict answer correct; format_rate = strict extractor found an
 answer; knowledge_accuracy = correct among format-following items; lenient_accuracy = lenient
-answer correct; loglik_accuracy = argmax option log-likelihood correct (multiple choice).
+answer correct; letter_loglik_accuracy = argmax of the option letters' log-likelihood correct;
+cloze_accuracy / cloze_accuracy_norm = argmax of each option text's summed log-likelihood (raw, and
+divided by the option's length in characters) after the task's cloze prompt is correct;
+permutation_consistency / circular_accuracy = the same option content chosen / the right option
+chosen in every order of the options (multiple choice, ``--permutations``).
+
+Runs written before the letter metric was renamed (``loglik_accuracy``, ``loglik_correct``) are
+read through ``upgrade_results`` / ``upgrade_sample``: the one place that knows the old names.
 """
 
 from __future__ import annotations
@@ -34,6 +41,42 @@ def proportion(flags: Sequence[bool]) -> dict:
     return {"value": (k / n) if n else None, "ci_low": low, "ci_high": high, "n": n}
 
 
+# Optional per-item metrics: metric name -> the sample field holding the item's outcome.
+ITEM_FIELDS = {
+    "letter_loglik_accuracy": "letter_loglik_correct",
+    "cloze_accuracy": "cloze_correct",
+    "cloze_accuracy_norm": "cloze_norm_correct",
+    "permutation_consistency": "permutation_consistent",
+    "circular_accuracy": "circular_correct",
+}
+# Old name -> new name, for results.json metrics and samples.jsonl fields of older runs.
+LEGACY_METRICS = {"loglik_accuracy": "letter_loglik_accuracy"}
+LEGACY_FIELDS = {"loglik_correct": "letter_loglik_correct", "loglik_pred": "letter_loglik_pred"}
+
+
+def upgrade_results(results: dict) -> dict:
+    """A results.json of an older softeval under today's metric names (in place; returned)."""
+    metrics = results.get("metrics")
+    if isinstance(metrics, dict):
+        for old, new in LEGACY_METRICS.items():
+            if old in metrics and new not in metrics:
+                metrics[new] = metrics.pop(old)
+    return results
+
+
+def upgrade_sample(sample: dict) -> dict:
+    """A samples.jsonl row of an older softeval under today's field names (in place; returned)."""
+    for old, new in LEGACY_FIELDS.items():
+        if old in sample and new not in sample:
+            sample[new] = sample.pop(old)
+    return sample
+
+
+def metric_name(name: str) -> str:
+    """Today's name of a metric given by an old name (``loglik_accuracy``), else the name itself."""
+    return LEGACY_METRICS.get(name, name)
+
+
 def aggregate(samples: Sequence[dict]) -> dict:
     """Metrics of a list of samples (see docs/run-format.md for the sample fields)."""
     metrics = {
@@ -42,8 +85,10 @@ def aggregate(samples: Sequence[dict]) -> dict:
         "knowledge_accuracy": proportion([s["correct"] for s in samples if s["format_ok"]]),
         "lenient_accuracy": proportion([s["lenient_correct"] for s in samples]),
     }
-    if samples and "loglik_correct" in samples[0]:
-        metrics["loglik_accuracy"] = proportion([s["loglik_correct"] for s in samples])
+    for name, key in ITEM_FIELDS.items():
+        flags = [s[key] for s in samples if s.get(key) is not None]
+        if flags:
+            metrics[name] = proportion(flags)
     if samples and "f1" in samples[0]:
         values = [float(s["f1"]) for s in samples]
         mean = sum(values) / len(values)

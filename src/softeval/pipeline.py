@@ -27,13 +27,15 @@ from softeval.checks import check_config
 from softeval.data import seeded_subset
 from softeval.errors import UserError
 from softeval.locking import describe
+from softeval.diagnosis import count_causes, failure_cause
 from softeval.metrics import aggregate, answer_counts
 from softeval.models import load_model
 from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
 from softeval.runs import RunFolder, git_hash, identity_of, now, versions
-from softeval.scoring import add_loglik, score_output
+from softeval.scoring import add_cloze, add_letter_loglik, add_permutations, permuted, permutations_for, score_output
 from softeval.softprompt import SoftPrompt
 from softeval.tasks import get_task
+from softeval.tasks.base import LETTERS
 from softeval.tune import TuneConfig, tune
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
@@ -66,6 +68,7 @@ class RunConfig:
     force: bool = False
     wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
     skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
+    permutations: int = 0  # multiple choice: also score each item's letters in this many seeded option orders
 
     def options(self, method: str) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of
@@ -178,13 +181,20 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
-    outputs, option_scores = score_items(job, method, prompts, soft, partial)
+    rows = score_items(job, method, prompts, soft, partial)
     samples = []
-    for i, (example, output) in enumerate(zip(job.items, outputs)):
-        sample = score_output(task, example, output)
-        if option_scores is not None:
-            add_loglik(sample, example, option_scores[i])
-        sample["prompt"] = prompter.text(example, method)
+    for example, row in zip(job.items, rows):
+        sample = score_output(task, example, row["output"])
+        prompt = prompter.text(example, method)
+        sample["hit_max_new_tokens"] = row.get("hit_limit")
+        sample["failure"] = failure_cause(sample, prompt, example.options, task.multiple_choice, row.get("hit_limit"))
+        if row.get("option_scores") is not None:
+            add_letter_loglik(sample, example, row["option_scores"])
+        if row.get("cloze_scores") is not None:
+            add_cloze(sample, task, example, row["cloze_scores"])
+        if row.get("permutation_picks") is not None:
+            add_permutations(sample, example, row["permutation_picks"])
+        sample["prompt"] = prompt
         samples.append(sample)
     truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
@@ -196,6 +206,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
         "metrics": aggregate(samples),
         "answers": answer_counts(samples),
+        "format_failures": count_causes(samples),
         "item_ids": [e.id for e in job.items],
         "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
         "chat_template": prompter.chat,
@@ -213,9 +224,9 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
 SAVE_EVERY = 64  # items generated between two appends to the partial folder's outputs.jsonl
 
 
-def _load_done(path: Path, ids: list[str]) -> dict[int, dict]:
-    """Outputs saved by an interrupted run, by item index (a torn last line, or a row whose item is
-    not the one at its index, is dropped)."""
+def _load_done(path: Path, ids: list[str], needs: tuple[str, ...] = ()) -> dict[int, dict]:
+    """Outputs saved by an interrupted run, by item index (a torn last line, a row whose item is
+    not the one at its index, or one lacking a score this run needs, is dropped)."""
     done: dict[int, dict] = {}
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -224,13 +235,16 @@ def _load_done(path: Path, ids: list[str]) -> dict[int, dict]:
             except json.JSONDecodeError:
                 break
             i = row.get("i")
-            if isinstance(i, int) and 0 <= i < len(ids) and row.get("id") == ids[i]:
+            if isinstance(i, int) and 0 <= i < len(ids) and row.get("id") == ids[i] \
+                    and all(row.get(k) is not None for k in needs):
                 done[i] = row
     return done
 
 
-def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: Path):
-    """Greedy outputs (and option log-likelihoods for multiple choice) of every item, saved to
+def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: Path) -> list[dict]:
+    """Per item (in order): the greedy ``output``, whether it ``hit_limit`` (ran out of
+    max_new_tokens), and for multiple choice the letters' ``option_scores``, the ``cloze_scores``
+    of the option texts and, with ``--permutations``, the ``permutation_picks``. Saved to
     ``partial/outputs.jsonl`` every ``SAVE_EVERY`` items: an interrupted run resumes with the items
     it has not scored. Items go longest first, so each chunk holds prompts of similar length."""
     cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
@@ -238,8 +252,11 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
     # Single-token options (letters) are scored from the generation's own first forward pass.
     single = options is not None and all(len(o) == 1 for opts in options for o in opts)
+    cloze = task.cloze is not None
+    permute = cfg.permutations > 0 and task.multiple_choice
+    needs = ("cloze_scores",) * cloze + ("permutation_picks",) * permute
     saved = partial / "outputs.jsonl"
-    done = _load_done(saved, ids)
+    done = _load_done(saved, ids, needs)
     todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: -len(prompts[i]))
     if done and todo:
         job.console.print(f"{method}: {len(prompts) - len(todo)} item(s) already scored in {partial}, resuming")
@@ -253,24 +270,53 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                 for slot, k in enumerate(indices):
                     scores[k] = [float(logprobs[slot, o[0]]) for o in options[chunk[k]]]
 
+            hit: list[bool] = []
             texts = engine.generate(lm, [prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
                                     stop=task.stop, batch_size=cfg.eval_batch_size,
                                     on_first_logprobs=keep_first if single else None,
-                                    progress=lambda n: bar.advance(bar_id, n))
+                                    progress=lambda n: bar.advance(bar_id, n), hit_limit=hit)
             if options is not None and not single:
                 multi = engine.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
                                                batch_size=cfg.eval_batch_size)
                 scores = dict(enumerate(multi))
-            rows = [{"i": i, "id": ids[i], "output": text, "option_scores": scores.get(k)}
+            examples = [job.items[i] for i in chunk]
+            clozes = cloze_scores(job, method, examples, soft) if cloze else None
+            picks = permutation_picks(job, method, examples, soft) if permute else None
+            rows = [{"i": i, "id": ids[i], "output": text, "hit_limit": hit[k], "option_scores": scores.get(k),
+                     "cloze_scores": clozes[k] if clozes else None, "permutation_picks": picks[k] if picks else None}
                     for k, (i, text) in enumerate(zip(chunk, texts))]
             with saved.open("a") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in rows))
                 f.flush()
                 os.fsync(f.fileno())
             done.update((r["i"], r) for r in rows)
-    outputs = [done[i]["output"] for i in range(len(ids))]
-    option_scores = [done[i]["option_scores"] for i in range(len(ids))] if options is not None else None
-    return outputs, option_scores
+    return [done[i] for i in range(len(ids))]
+
+
+def cloze_scores(job: Job, method: str, examples: list, soft) -> list[list[float]]:
+    """Summed log-probability of each option's text after the item's cloze prompt, under the
+    method's own context (its shots, its soft prompt); each item's context runs once for all its
+    options."""
+    pairs = [job.prompter.cloze_ids(e, method) for e in examples]
+    return engine.option_logprobs(job.lm, [c for c, _ in pairs], [o for _, o in pairs], soft=soft,
+                                  batch_size=job.config.eval_batch_size)
+
+
+def permutation_picks(job: Job, method: str, examples: list, soft) -> list[list[str]]:
+    """Per item, the original letter of the option the letters' log-likelihood picks in each of
+    ``--permutations`` seeded orders of its options (the lettered prompt re-rendered each time)."""
+    prompter, k = job.prompter, job.config.permutations
+    orders = [permutations_for(len(e.options), k, e.id) for e in examples]
+    flat = [(n, order) for n, item_orders in enumerate(orders) for order in item_orders]
+    shown = [permuted(examples[n], order) for n, order in flat]
+    scores = engine.option_logprobs(job.lm, [prompter.ids(e, method) for e in shown],
+                                    [prompter.option_ids(e) for e in shown], soft=soft,
+                                    batch_size=job.config.eval_batch_size)
+    picks: list[list[str]] = [[] for _ in examples]
+    for (n, order), item_scores in zip(flat, scores):
+        best = max(range(len(item_scores)), key=lambda j: item_scores[j])
+        picks[n].append(LETTERS[order[best]])
+    return picks
 
 
 def tune_soft_prompt(job: Job, partial: Path, identity: dict):

@@ -62,7 +62,9 @@ class Prompter:
         return body
 
     def ids(self, example: Example, method: str) -> list[int]:
-        ids = self.encode(self.text(example, method), special=not self.chat)
+        return self._fit(self.encode(self.text(example, method), special=not self.chat), example)
+
+    def _fit(self, ids: list[int], example: Example) -> list[int]:
         if len(ids) <= self.budget:
             return ids
         # Too long for the context: cut from the left (the question and answer prefix are at the
@@ -89,3 +91,43 @@ class Prompter:
         if self.chat:
             conts = [c.lstrip() for c in conts]
         return [self.encode(c, special=False) for c in conts]
+
+    def cloze_text(self, example: Example, method: str) -> str:
+        """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
+        puts the shots before it in the same form, each with its gold option's text."""
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        parts = []
+        if method == "few-shot":
+            for shot in self.shots:
+                texts, gold = self.task.cloze_options(shot)
+                parts.append(self.task.cloze(shot) + " " + texts[gold])
+        parts.append(self.task.cloze(example))
+        body = "\n\n".join(parts)
+        if self.chat:
+            return self.lm.tokenizer.apply_chat_template(
+                [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False)
+        return body
+
+    def cloze_ids(self, example: Example, method: str) -> tuple[list[int], list[list[int]]]:
+        """The cloze context's ids and each option's ids (``" " + text``), each option encoded jointly
+        with the context and split at the context's length, as lm-eval does: a tokenizer that merges
+        the space or the first characters across the seam gives the ids the model would read."""
+        context = self.cloze_text(example, method)
+        texts, _gold = self.task.cloze_options(example)
+        pairs = [encode_pair(self.lm.tokenizer, context, t if self.chat else " " + t, special=not self.chat)
+                 for t in texts]
+        ctx = pairs[0][0]
+        return self._fit(ctx, example), [cont for _ctx, cont in pairs]
+
+
+def encode_pair(tokenizer, context: str, continuation: str, special: bool = True) -> tuple[list[int], list[int]]:
+    """Context and continuation ids, the continuation cut from the joint encoding at the context's
+    length (lm-eval's ``_encode_pair``): trailing spaces of the context move to the continuation,
+    so ``"Answer: "`` + ``"B"`` is read as ``"Answer:"`` + ``" B"``."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = list(tokenizer(context + continuation, add_special_tokens=special).input_ids)
+    ctx = list(tokenizer(context, add_special_tokens=special).input_ids)
+    return ctx, whole[len(ctx):]

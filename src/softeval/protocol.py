@@ -3,5 +3,7 @@ the report: the methods every task is scored with, and the metrics a run reports
 
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
 
-# Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only).
-METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "loglik_accuracy")
+# Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only; the
+# letter and cloze log-likelihoods: multiple choice; the last two: with --permutations).
+METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "letter_loglik_accuracy",
+           "cloze_accuracy", "cloze_accuracy_norm", "permutation_consistency", "circular_accuracy")

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from softeval import report_plots as plots
-from softeval.compare import Comparison, Correlation, compare_runs, load_runs
+from softeval.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
+from softeval.diagnosis import CAUSES, count_causes
 from softeval.index import METHODS, METRICS, Run, read_samples
 from softeval.metrics import top_answer
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
+FAILURE_EXAMPLES = 2  # per cause and run in the failure browser
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;
@@ -80,6 +82,7 @@ def render(
             _metrics_section(runs),
             _format_section(runs),
             _decomposition_section(runs),
+            _knowledge_section(runs),
             _curves_section(runs),
         ]
         if comparison is not None:
@@ -116,7 +119,8 @@ def _metrics_section(runs: list[Run]) -> str:
     return (
         '<h2>Metrics</h2><p class="muted">Each value with its 95% Wilson interval. '
         "accuracy is the benchmark's strict score; knowledge_accuracy is accuracy among items that "
-        "followed the format; loglik_accuracy needs no generation at all. top answer is the most "
+        "followed the format; letter_loglik_accuracy and the cloze scores need no generation at all. top "
+        "answer is the most "
         "frequent strict answer and its share: one letter for most items is a label prior, not "
         "knowledge.</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -142,6 +146,106 @@ def _decomposition_section(runs: list[Run]) -> str:
         "knowledge_accuracy. A base model with high knowledge_accuracy but low format_rate is "
         "underrated by its zero-shot score.</p>" + figs
     )
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _paired_cell(row: PairedRow | None) -> str:
+    if row is None:
+        return '<td class="num">–</td>'
+    t = row.test
+    p = "–" if t.p_value is None else (f"{t.p_value:.2g}" if t.p_value < 0.01 else f"{t.p_value:.3f}")
+    return (f'<td class="num">{t.difference:+.3f}<br><span class="ci">[{t.ci_low:.3f}, {t.ci_high:.3f}] '
+            f"p={p}</span></td>")
+
+
+def _knowledge_section(runs: list[Run]) -> str:
+    """Per task: the format-free references (cloze, letter log-likelihood) beside each method's strict
+    accuracy per model, the soft prompt's label-prior check, paired tests, and why outputs failed."""
+    paired = {(r.task, r.model, r.test.a): r for r in paired_method_tests(runs)}
+    blocks = []
+    for task in sorted({r.task for r in runs}):
+        task_runs = [r for r in runs if r.task == task]
+        first: dict[tuple[str, str], Run] = {}
+        for run in sorted(task_runs, key=lambda r: r.seed):
+            first.setdefault((run.model, run.method), run)
+        models = sorted({r.model for r in task_runs})
+        rows, bars = [], []
+        for model in models:
+            values = {}
+            for (m, method), run in first.items():
+                if m == model:
+                    for metric in METRICS:
+                        if run.metric(metric):
+                            values[(metric, method)] = run.metric(metric)
+            bars.append((model, values))
+            cloze_from = next((meth for meth in METHODS if (("cloze_accuracy", meth) in values)), None)
+            cells = [_fmt(values.get(("cloze_accuracy", cloze_from))), _fmt(values.get(("cloze_accuracy_norm", cloze_from))),
+                     _fmt(values.get(("letter_loglik_accuracy", cloze_from or "zero-shot")))]
+            cells += [_fmt(values.get(("accuracy", meth))) for meth in METHODS]
+            cells += [_fmt(values.get(("permutation_consistency", "soft-prompt"))),
+                      _fmt(values.get(("circular_accuracy", "soft-prompt")))]
+            cells += [_paired_cell(paired.get((task, model, "zero-shot"))),
+                      _paired_cell(paired.get((task, model, "few-shot")))]
+            note = "" if cloze_from in (None, "zero-shot") else f' <span class="ci">(cloze from {escape(cloze_from)})</span>'
+            rows.append(f"<tr><td>{escape(model)}{note}</td>{''.join(cells)}</tr>")
+        if not any(("cloze_accuracy", meth) in v or ("accuracy", meth) in v for _, v in bars for meth in METHODS):
+            continue
+        head = "".join(f"<th>{h}</th>" for h in (
+            "model", "cloze", "cloze per char", "letter log-lik.", "zero-shot", "few-shot", "soft-prompt",
+            "soft-prompt permutation consistency", "soft-prompt circular acc.", "soft − zero-shot",
+            "soft − few-shot"))
+        figure = plots.img(plots.knowledge_bars(bars, task), f"cloze reference and strict accuracy on {task}")
+        blocks.append(f"<h3>{escape(task)}</h3><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}"
+                      f"</tbody></table>{figure}{_failures_block(task_runs, task)}")
+    if not blocks:
+        return ""
+    return (
+        '<h2>Knowledge: format-free references, label priors, paired tests</h2><p class="muted">'
+        "cloze: the option whose text is most likely after the cloze prompt (raw sum, and per character: "
+        "lm-eval's acc and acc_norm), measured in the zero-shot run; letter log-lik.: the most likely "
+        "option letter after the lettered prompt. zero-/few-/soft-prompt: strict accuracy. Permutation "
+        "consistency: share of items whose chosen option (by letter likelihood) is the same content in "
+        "every order of the options; near 0 means a letter prior (\"always D\"), not knowledge; circular "
+        "acc.: right in every order. Differences are paired (same items): 95% Newcombe interval and "
+        "McNemar's exact p.</p>" + "".join(blocks)
+    )
+
+
+def _failures_block(task_runs: list[Run], task: str) -> str:
+    bars, details = [], []
+    for run in task_runs:
+        try:
+            samples = read_samples(run.path)
+        except (OSError, ValueError):
+            samples = []
+        failures = run.results.get("format_failures")
+        if failures is None and samples and any("failure" in s for s in samples):
+            failures = count_causes(samples)
+        if not failures:
+            continue
+        n = int(run.results.get("n") or len(samples) or 0)
+        label = f"{run.model} · {run.method}" + (f" · s{run.seed}" if run.seed else "")
+        bars.append((label, (failures, n)))
+        examples = []
+        for cause in CAUSES:
+            picked = [s for s in samples if s.get("failure") == cause][:FAILURE_EXAMPLES]
+            examples += [
+                f"<tr><td>{escape(cause)}</td><td><code>{escape(str(s.get('id')))}</code></td>"
+                f"<td>{escape(str(s.get('gold')))}</td><td>{'yes' if s.get('hit_max_new_tokens') else 'no'}</td>"
+                f"<td><pre>{escape(str(s.get('output', '')))}</pre></td></tr>" for s in picked]
+        counts = ", ".join(f"{c} {failures['causes'].get(c, 0)}" for c in CAUSES if failures["causes"].get(c))
+        if examples:
+            details.append(
+                f"<details><summary>{escape(label)}: {failures.get('failed', 0)} of {n} failed the format "
+                f"({escape(counts)}); {failures.get('hit_max_new_tokens', 0)} hit max_new_tokens</summary>"
+                "<table><thead><tr><th>cause</th><th>id</th><th>gold</th><th>hit limit</th><th>output</th></tr>"
+                f"</thead><tbody>{''.join(examples)}</tbody></table></details>")
+    if not bars:
+        return ""
+    return plots.img(plots.failure_bars(bars, task), f"format failure causes on {task}") + "".join(details)
 
 
 def _curves_section(runs: list[Run]) -> str:

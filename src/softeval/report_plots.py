@@ -105,7 +105,7 @@ def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
 
 def decomposition(runs: list[Run], task: str) -> Figure:
     """Per model and method: format_rate, knowledge_accuracy and accuracy side by side
-    (accuracy = format_rate x knowledge_accuracy), loglik_accuracy as a format-free tick."""
+    (accuracy = format_rate x knowledge_accuracy), letter_loglik_accuracy as a format-free tick."""
     task_runs = [r for r in runs if r.task == task]
     methods = [m for m in METHODS if any(r.method == m for r in task_runs)]
     parts = list(PART_COLORS)
@@ -121,10 +121,10 @@ def decomposition(runs: list[Run], task: str) -> Figure:
                 if values:
                     ax.bar(i + (j - 1) * 0.26, sum(values) / len(values), width=0.26,
                            color=PART_COLORS[part], label=part)
-            loglik = [v for v in (_value(r, "loglik_accuracy") for r in mine) if v is not None]
+            loglik = [v for v in (_value(r, "letter_loglik_accuracy") for r in mine) if v is not None]
             if loglik:
                 ax.plot([i - 0.4, i + 0.4], [sum(loglik) / len(loglik)] * 2, color="black", lw=1.2,
-                        ls=":", label="loglik_accuracy")
+                        ls=":", label="letter_loglik_accuracy")
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=7)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{task} · {method}", fontsize=9)
@@ -160,5 +160,69 @@ def rank_scatter(comparison: Comparison, task: str) -> Figure:
         ax.set_ylabel(f"post-trained {comparison.metric} ({comparison.post_method})", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+KNOWLEDGE_BARS = (("cloze_accuracy_norm", "zero-shot", "cloze (per char)", "#6a9f58"),
+                  ("letter_loglik_accuracy", "zero-shot", "letter log-lik.", "#c9c9c9"),
+                  ("accuracy", "zero-shot", "zero-shot", METHOD_COLORS["zero-shot"]),
+                  ("accuracy", "few-shot", "few-shot", METHOD_COLORS["few-shot"]),
+                  ("accuracy", "soft-prompt", "soft-prompt", METHOD_COLORS["soft-prompt"]))
+CAUSE_COLORS = {"empty": "#b0b7c0", "max_new_tokens": "#e0a458", "wrong_style": "#2f7ebc",
+                "refusal_or_echo": "#c4504a", "other": "#7d5ba6"}
+
+
+def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: str) -> Figure:
+    """Per model: the cloze reference beside the strict accuracy of each method, with 95% intervals.
+    ``rows``: (model, {(metric, method): metric object}). A soft-prompt bar that reaches the cloze
+    bar has recovered what format hid; one far above zero-shot but not near cloze is worth a look
+    at its permutation consistency."""
+    fig = Figure(figsize=(max(5.5, 1.5 * len(rows) + 2.0), 3.4))
+    ax = fig.subplots()
+    width = 0.8 / len(KNOWLEDGE_BARS)
+    for k, (metric, method, label, color) in enumerate(KNOWLEDGE_BARS):
+        xs, ys, lo, hi = [], [], [], []
+        for i, (_model, values) in enumerate(rows):
+            m = values.get((metric, method))
+            if not m or m.get("value") is None:
+                continue
+            xs.append(i - 0.4 + (k + 0.5) * width)
+            ys.append(m["value"])
+            lo.append(m["value"] - (m.get("ci_low") if m.get("ci_low") is not None else m["value"]))
+            hi.append((m.get("ci_high") if m.get("ci_high") is not None else m["value"]) - m["value"])
+        if xs:
+            ax.bar(xs, ys, width=width, color=color, label=label, yerr=[lo, hi], capsize=2,
+                   error_kw={"lw": 0.7, "ecolor": "#333"})
+    ax.set_xticks(range(len(rows)), [model for model, _ in rows], rotation=20, ha="right", fontsize=7.5)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy", fontsize=8)
+    ax.set_title(f"{task}: cloze reference against each method's strict accuracy", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, frameon=False, ncol=len(KNOWLEDGE_BARS), loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    fig.tight_layout()
+    return fig
+
+
+def failure_bars(rows: list[tuple[str, dict]], task: str) -> Figure:
+    """Stacked share of items per failure cause, one bar per (model, method) run: what the strict
+    format lost, and why."""
+    from softeval.diagnosis import CAUSES
+
+    fig = Figure(figsize=(max(5.5, 0.55 * len(rows) + 2.5), 3.4))
+    ax = fig.subplots()
+    bottom = [0.0] * len(rows)
+    for cause in CAUSES:
+        shares = [(failures["causes"].get(cause, 0) / n) if n else 0.0 for _label, (failures, n) in rows]
+        ax.bar(range(len(rows)), shares, bottom=bottom, color=CAUSE_COLORS[cause], label=cause, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, shares)]
+    ax.set_xticks(range(len(rows)), [label for label, _ in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("share of items failing the format", fontsize=8)
+    ax.set_title(f"{task}: why outputs failed the strict format", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig

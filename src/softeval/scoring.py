@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from softeval.tasks.base import LETTERS, Example, Task
+
+PERMUTATION_SEED = 0  # option orders depend on this and the item only: the same for every model, method and seed
 
 
 def score_output(task: Task, example: Example, output: str) -> dict:
@@ -26,8 +32,62 @@ def score_output(task: Task, example: Example, output: str) -> dict:
     return sample
 
 
-def add_loglik(sample: dict, example: Example, option_scores: Sequence[float]) -> dict:
-    best = max(range(len(option_scores)), key=lambda j: option_scores[j])
-    sample["loglik_pred"] = LETTERS[best]
-    sample["loglik_correct"] = LETTERS[best] == example.gold
+def _argmax(values: Sequence[float]) -> int:
+    return max(range(len(values)), key=lambda j: values[j])  # first of equal maxima, as numpy's argmax
+
+
+def add_letter_loglik(sample: dict, example: Example, option_scores: Sequence[float]) -> dict:
+    """The option letter with the highest log-likelihood after the lettered prompt."""
+    best = _argmax(option_scores)
+    sample["letter_loglik_pred"] = LETTERS[best]
+    sample["letter_loglik_correct"] = LETTERS[best] == example.gold
+    return sample
+
+
+def add_cloze(sample: dict, task: Task, example: Example, scores: Sequence[float]) -> dict:
+    """Cloze picks: the option whose text has the highest summed log-probability (raw), and the
+    highest per character of the option's text (lm-eval's ``acc_norm``: the text's length without
+    the space before it)."""
+    texts, gold = task.cloze_options(example)
+    norm = [score / max(1, len(text)) for score, text in zip(scores, texts)]
+    name = (lambda j: texts[j]) if task.cloze_choices is not None else (lambda j: LETTERS[j])
+    raw_pick, norm_pick = _argmax(scores), _argmax(norm)
+    sample.update(cloze_scores=[float(x) for x in scores], cloze_pred=name(raw_pick), cloze_correct=raw_pick == gold,
+                  cloze_norm_pred=name(norm_pick), cloze_norm_correct=norm_pick == gold)
+    return sample
+
+
+def permutations_for(n_options: int, k: int, item_id: str) -> list[tuple[int, ...]]:
+    """``k`` distinct seeded orders of ``n_options`` options, none the original (fewer when there
+    are not that many). ``order[j]`` is the original index of the option shown at position j."""
+    k = min(k, math.factorial(n_options) - 1)
+    rng = random.Random(f"{PERMUTATION_SEED}/{item_id}")
+    identity = tuple(range(n_options))
+    if math.factorial(n_options) <= 24:  # few enough to draw from all of them without repeats
+        others = [p for p in itertools.permutations(identity) if p != identity]
+        return rng.sample(others, k)
+    seen: list[tuple[int, ...]] = []
+    while len(seen) < k:
+        order = list(identity)
+        rng.shuffle(order)
+        if tuple(order) != identity and tuple(order) not in seen:
+            seen.append(tuple(order))
+    return seen
+
+
+def permuted(example: Example, order: Sequence[int]) -> Example:
+    """The item with its options shown in ``order``, the gold letter moved with its option."""
+    options = tuple(example.options[j] for j in order)
+    gold = LETTERS[list(order).index(LETTERS.index(example.gold))]
+    return replace(example, options=options, gold=gold)
+
+
+def add_permutations(sample: dict, example: Example, picks: Sequence[str]) -> dict:
+    """Label-prior check: the letter-likelihood pick in the original order and in every permuted
+    order, as original letters. Consistent: the same option content every time; circular correct:
+    the gold option every time (OpenCompass's CircularEval)."""
+    every = [sample.get("letter_loglik_pred"), *picks]
+    sample["permutation_picks"] = every
+    sample["permutation_consistent"] = len(set(every)) == 1
+    sample["circular_correct"] = all(p == example.gold for p in every)
     return sample

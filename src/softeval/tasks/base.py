@@ -72,10 +72,22 @@ class Task:
     multiple_choice: bool = False
     sources: tuple[str, ...] = ("offline", "hub", "file")
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Cloze formulation (DESIGN.md, "Knowledge references"): the prompt each option's text continues
+    # (after one space), e.g. "Question: ...\nAnswer:"; None: the task has no cloze score.
+    cloze: Callable[[Example], str] | None = None
+    # The option texts scored after the cloze prompt and the gold one's index; default: the
+    # example's options and its gold letter.
+    cloze_choices: Callable[[Example], tuple[list[str], int]] | None = None
 
     def continuations(self, example: Example) -> list[str]:
         """Option continuations scored by log-likelihood (multiple choice only): ' A', ' B', ..."""
         return [" " + LETTERS[i] for i in range(len(example.options))]
+
+    def cloze_options(self, example: Example) -> tuple[list[str], int]:
+        """The option texts of the cloze score (without the space before them) and the gold index."""
+        if self.cloze_choices is not None:
+            return self.cloze_choices(example)
+        return [str(o).strip() for o in example.options], LETTERS.index(example.gold)
 
 
 # ---- multiple choice helpers ---------------------------------------------------------------
@@ -86,6 +98,13 @@ def render_mc(question: str, options: Sequence[str], header: str = "") -> str:
     lines.append(f"Question: {question.strip()}")
     lines += [f"{LETTERS[i]}. {str(opt).strip()}" for i, opt in enumerate(options)]
     lines.append("Answer:")
+    return "\n".join(lines)
+
+
+def cloze_question(question: str, header: str = "") -> str:
+    """The cloze prompt of a question (lm-eval's ARC prompt): the option's text follows "Answer:"."""
+    lines = [header] if header else []
+    lines += [f"Question: {question.strip()}", "Answer:"]
     return "\n".join(lines)
 
 

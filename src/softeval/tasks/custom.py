@@ -43,7 +43,7 @@ _TEXT, _NAME, _NAMES, _NAME_OR_NAMES = "a string", "a field name", "a list of fi
 SCHEMA = {"name": _TEXT, "description": _TEXT, "data": "a file path", "tune_data": "a file path",
           "split": "a mapping", "fields": _NAMES, "answer_field": _NAME, "aliases_field": _NAME,
           "options_field": _NAME_OR_NAMES, "id_field": _NAME, "instruction": _TEXT, "prompt": _TEXT,
-          "target": _TEXT, "answer_regex": _TEXT, "lenient_regex": _TEXT, "matcher": _TEXT,
+          "cloze_prompt": _TEXT, "target": _TEXT, "answer_regex": _TEXT, "lenient_regex": _TEXT, "matcher": _TEXT,
           "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768"}
 KEYS = set(SCHEMA)
 REQUIRED = ("data", "prompt", "answer_field")
@@ -148,6 +148,7 @@ def load_task_file(path: str | Path) -> Task:
         raise _fail(path, f"matcher {matcher!r} is not one of {', '.join(MATCHERS)}")
     prompt = _template(path, spec, "prompt")
     target_t = _template(path, spec, "target", " {{ gold }}")
+    cloze_t = _template(path, spec, "cloze_prompt") if spec.get("cloze_prompt") is not None else prompt
     instruction = spec.get("instruction", "")
     strict_re, lenient_re = _regex(path, spec, "answer_regex"), _regex(path, spec, "lenient_regex")
     split_rule = _split_rule(path, spec.get("split") or {})
@@ -197,7 +198,8 @@ def load_task_file(path: str | Path) -> Task:
         ident = str(row.get(spec["id_field"])) if spec.get("id_field") and row.get(spec["id_field"]) is not None \
             else f"{Path(where).name}/{index}"
         example = Example(id=ident, fields=dict(row), gold=gold, aliases=aliases, options=options)
-        for name, template in (("prompt", prompt), ("target", target_t)):
+        templates = [("prompt", prompt), ("target", target_t)] + ([("cloze_prompt", cloze_t)] if multiple_choice else [])
+        for name, template in templates:
             try:
                 template.render(_variables(example))
             except Exception as err:  # noqa: BLE001 (a user's template: any failure is theirs, named by row)
@@ -236,6 +238,7 @@ def load_task_file(path: str | Path) -> Task:
         multiple_choice=multiple_choice,
         sources=("file",),
         extra={"f1": f1_max, "task_file": str(path)} if matcher == "f1" else {"task_file": str(path)},
+        cloze=(lambda e: cloze_t.render(_variables(e))) if multiple_choice else None,
     )
 
 

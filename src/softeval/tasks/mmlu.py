@@ -14,6 +14,7 @@ from softeval.tasks.base import (
     Example,
     Splits,
     Task,
+    cloze_question,
     file_splits,
     lenient_letter,
     match_exact,
@@ -45,6 +46,11 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
 def render(example: Example) -> str:
     subject = example.fields.get("subject", "").replace("_", " ")
     return render_mc(example.fields["question"], example.options, header=f"Subject: {subject}" if subject else "")
+
+
+def cloze(example: Example) -> str:
+    subject = example.fields.get("subject", "").replace("_", " ")
+    return cloze_question(example.fields["question"], header=f"Subject: {subject}" if subject else "")
 
 
 def target(example: Example) -> str:
@@ -99,4 +105,5 @@ TASK = Task(
     stop=("\n",),
     max_new_tokens=8,
     multiple_choice=True,
+    cloze=cloze,
 )
