@@ -196,6 +196,10 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
             add_permutations(sample, example, row["permutation_picks"])
         sample["prompt"] = prompt
         samples.append(sample)
+    unscorable = sum(1 for s in samples if s.get("unscorable"))
+    if unscorable:
+        console.print(f"[yellow]{unscorable} item(s) could not be scored within the matcher's time limit: "
+                      "counted as not correct and as `unscorable` in results.json[/yellow]")
     truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
@@ -211,6 +215,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
         "chat_template": prompter.chat,
         "truncated_prompts": truncated,
+        "unscorable": unscorable,
         "tuning": tuning,
         "config": identity,
         "versions": found, "git": git_hash(),

@@ -8,14 +8,25 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from softeval.tasks.base import LETTERS, Example, Task
+from softeval.tasks.base import LETTERS, Example, Task, Unscorable
 
 PERMUTATION_SEED = 0  # option orders depend on this and the item only: the same for every model, method and seed
 
 
 def score_output(task: Task, example: Example, output: str) -> dict:
+    """One sample row. A matcher that runs past its time limit (``Unscorable``) leaves the item not
+    correct and marks it ``unscorable``, counted in results.json; it never stalls the run."""
     strict = task.strict(output, example)
     lenient = task.lenient(output, example)
+    unscorable = []
+
+    def match(answer) -> bool:
+        try:
+            return bool(task.match(answer, example))
+        except Unscorable:
+            unscorable.append(answer)
+            return False
+
     sample = {
         "id": example.id,
         "output": output,
@@ -23,9 +34,11 @@ def score_output(task: Task, example: Example, output: str) -> dict:
         "lenient": lenient,
         "gold": example.gold,
         "format_ok": strict is not None,
-        "correct": bool(task.match(strict, example)),
-        "lenient_correct": bool(task.match(lenient, example)),
+        "correct": match(strict),
+        "lenient_correct": match(lenient),
     }
+    if unscorable:
+        sample["unscorable"] = True
     f1 = task.extra.get("f1")
     if f1 is not None:
         sample["f1"] = float(f1(strict, example))

@@ -21,6 +21,11 @@ from softeval.errors import UserError
 LETTERS = string.ascii_uppercase
 
 
+class Unscorable(Exception):
+    """A matcher could not decide within its time limit: the item is counted as unscorable (and not
+    correct), apart from wrong answers (``results.json`` → ``unscorable``)."""
+
+
 @dataclass(frozen=True)
 class Example:
     """One benchmark item. ``gold`` is the canonical answer (an option letter for multiple choice)."""

@@ -56,14 +56,31 @@ def lenient(output: str, example: Example) -> str | None:
     boxed = last_boxed(output)
     if boxed is not None:
         return boxed
-    said = re.findall(r"answer is:?\s*\$?([^$\n]+?)\$?\s*(?:\.\s*)?$", output, re.IGNORECASE | re.MULTILINE)
+    said = _said(output)
     if said:
-        return said[-1].strip()
+        return said
     spans = re.findall(r"\$([^$]+)\$", output)
     if spans:
         return spans[-1].strip()
     numbers = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
     return numbers[-1] if numbers else None
+
+
+def _said(output: str) -> str | None:
+    r"""The answer after the last line's "the answer is", up to the end of that line (a trailing "$",
+    full stop and spaces dropped; none with a "$" inside). Stripped by hand, not by a regex with
+    ``\s*...$`` after a lazy group, which is quadratic on long runs of spaces."""
+    for line in reversed(output.split("\n")):
+        for found in re.finditer(r"answer is:?\s*\$?", line, re.IGNORECASE):
+            rest = line[found.end():].rstrip()
+            if rest.endswith("."):
+                rest = rest[:-1].rstrip()
+            if rest.endswith("$"):
+                rest = rest[:-1]
+            rest = rest.strip()
+            if rest and "$" not in rest:
+                return rest
+    return None
 
 
 def match(answer: str | None, example: Example) -> bool:

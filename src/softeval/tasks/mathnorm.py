@@ -11,7 +11,13 @@ a leading ``x =``, ``0.5`` vs ``\\frac{1}{2}``, ``\\sqrt2`` vs ``\\sqrt{2}``, ``
 Not handled (compared as normalised strings only): matrices, sets given in a different order,
 equations with several sides, inequalities, and base-n subscripts beyond literal equality.
 Only a whitelisted alphabet is handed to sympy (no attribute access, no names beyond single
-letters, sqrt and pi), with a size limit, so a model's output cannot run code or stall scoring.
+letters, sqrt and pi), so a model's output cannot run code. Nor can it stall scoring: every
+extractor here is linear in the output; answers longer than ``MAX_ANSWER_CHARS`` are compared as
+strings only; before anything is evaluated, the size of every node of the parsed expression is
+bounded (digits of powers estimated innermost first: ``((9^{999})^{999})^{999}`` would have ~10^9
+digits and is refused, as is any node over ``MAX_DIGITS``); and the sympy comparison runs in a
+helper process that is killed after ``TIME_LIMIT_S``, which raises ``Unscorable`` (the item is
+counted as unscorable, not silently wrong).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from __future__ import annotations
 import re
 
 import sympy
+
+from softeval.bounded import Bounded, TimeLimit
+from softeval.tasks.base import Unscorable
 from sympy.parsing.sympy_parser import (
     convert_xor,
     implicit_multiplication_application,
@@ -26,21 +35,31 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-MAX_EXPONENT = 1000  # larger powers are not evaluated: scoring must stay fast
+MAX_EXPONENT = 100  # larger powers of an expression with a symbol are not expanded: scoring must stay fast
+MAX_DIGITS = 10_000  # no number in the expression may grow past this many digits
+MAX_ANSWER_CHARS = 1_000  # longer answers are compared as plain strings (no MATH answer is this long)
+TIME_LIMIT_S = 5.0  # hard limit of one sympy comparison, in its helper process
 _GLOBALS = {"__builtins__": {}, **{n: getattr(sympy, n) for n in (
     "Integer", "Float", "Rational", "Symbol", "Add", "Mul", "Pow", "UnevaluatedExpr")}}
 _TRANSFORMS = standard_transformations + (implicit_multiplication_application, convert_xor)
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth = 1
-        for pos in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[pos], 0)
-            if depth == 0:
-                return text[start:pos].strip()
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None.
+    One pass over the text (a stack of open braces), so unbalanced braces cannot make it quadratic."""
+    starts = {m.end() - 1 for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)}
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for pos, char in enumerate(text):
+        if char == "{":
+            stack.append(pos)
+        elif char == "}" and stack:
+            opened = stack.pop()
+            if opened in starts:
+                closing[opened] = pos
+    if closing:
+        opened = max(closing)
+        return text[opened + 1:closing[opened]].strip()
     found = re.findall(r"\\boxed ([^\s$]+)", text)  # \boxed 5
     return found[-1] if found else None
 
@@ -102,12 +121,50 @@ def _to_sympy(s: str):
     try:
         expr = parse_expr(py, local_dict=names, global_dict=_GLOBALS,
                           transformations=_TRANSFORMS, evaluate=False)
-        for node in sympy.postorder_traversal(expr):  # innermost first: towers are caught before evaluation
-            if node.is_Pow and node.exp.is_number and abs(complex(node.exp.evalf())) > MAX_EXPONENT:
-                return None
+        if _too_big(expr):
+            return None
         return expr.doit()
     except Exception:  # noqa: BLE001 (any parse failure means "not comparable as an expression")
         return None
+
+
+def _digits(n: int) -> float:
+    return max(1.0, abs(n).bit_length() * 0.30103)
+
+
+def _too_big(expr) -> bool:
+    """Would evaluating ``expr`` (parsed, unevaluated) make a number of more than ``MAX_DIGITS`` digits?
+
+    Sizes are upper bounds in decimal digits, computed innermost first without evaluating anything
+    big: a sum or product has at most the digits of its terms together; ``b^e`` at most ``|e|``
+    times those of ``b`` (an exponent is evaluated only once its own bound is small). An expression
+    with a symbol may be raised to at most ``MAX_EXPONENT`` (``(x+1)^{999}`` would be expanded)."""
+    size: dict = {}
+    for node in sympy.postorder_traversal(expr):
+        if node in size:
+            continue
+        if node.is_Integer:
+            digits = _digits(int(node))
+        elif node.is_Rational:
+            digits = _digits(int(node.p)) + _digits(int(node.q))
+        elif node.is_Atom:  # symbols, floats, pi, i
+            digits = 1.0
+        elif node.is_Pow:
+            base, exp = size[node.base], size[node.exp]
+            if not node.exp.is_number:
+                return True  # a symbolic exponent: x^y is no MATH answer worth a sympy call
+            if exp > 5:
+                return True
+            power = abs(complex(node.exp.evalf(15)))
+            if power > MAX_EXPONENT and node.base.free_symbols:
+                return True
+            digits = base * max(1.0, power)
+        else:
+            digits = sum(size[arg] for arg in node.args) + 1
+        if digits > MAX_DIGITS:
+            return True
+        size[node] = digits
+    return False
 
 
 def _equal_expr(a, b) -> bool:
@@ -138,8 +195,11 @@ def _parts(s: str) -> tuple[str, list[str]]:
 
 
 def equivalent(answer: str | None, gold: str) -> bool:
+    """Is ``answer`` mathematically the same as ``gold``? Raises ``Unscorable`` past the time limit."""
     if answer is None:
         return False
+    if len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return answer.strip() == gold.strip()
     a, g = normalize(answer), normalize(gold)
     if not a:
         return False
@@ -154,5 +214,19 @@ def equivalent(answer: str | None, gold: str) -> bool:
 
 
 def _scalar_equal(a: str, g: str) -> bool:
+    """Equal as sympy expressions, decided in the helper process under ``TIME_LIMIT_S``."""
+    if _latex_to_py(a) is None or _latex_to_py(g) is None:
+        return False  # cheap: nothing for sympy to do
+    try:
+        return bool(_SYMPY(a, g, limit=TIME_LIMIT_S))
+    except TimeLimit:
+        raise Unscorable(f"comparing {a[:40]!r} with {g[:40]!r} took over {TIME_LIMIT_S:g} s") from None
+
+
+def sympy_equal(a: str, g: str) -> bool:
+    """The sympy comparison itself (what the helper process runs)."""
     ea, eg = _to_sympy(a), _to_sympy(g)
     return ea is not None and eg is not None and _equal_expr(ea, eg)
+
+
+_SYMPY = Bounded("softeval.tasks.mathnorm:sympy_equal")
