@@ -180,3 +180,22 @@ def test_cli_flag_reaches_the_run_config():
     assert cli._config(args, ("zero-shot",)).skip_bad_rows is True
     args = cli.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml"])
     assert cli._config(args, ("zero-shot",)).skip_bad_rows is False
+
+
+def test_custom_multiple_choice_matches_every_letter(tmp_path):
+    """Issue 11 item 8: letters went through the short-answer matcher, whose SQuAD normalisation
+    deletes the article 'a', so gold 'A' never matched. Every letter of a 26-option task must."""
+    from softeval.tasks.base import LETTERS
+    from softeval.scoring import score_output
+
+    rows = [{"q": f"q{i}", "opts": [f"option {k}" for k in range(26)], "ans": LETTERS[i]} for i in range(26)]
+    (tmp_path / "tune.jsonl").write_text(json.dumps({**rows[0], "q": "tuning"}) + "\n")
+    spec = {**{k: v for k, v in MC_SPEC.items() if k != "split"}, "tune_data": "tune.jsonl"}
+    task = load_task_file(write_task(tmp_path, spec, rows=rows))
+    examples = task.load().eval
+    assert {e.gold for e in examples} == set(LETTERS)
+    for example in examples:
+        sample = score_output(task, example, f"{example.gold}. option")
+        assert sample["strict"] == example.gold and sample["correct"] and sample["lenient_correct"], example.gold
+        wrong = LETTERS[(LETTERS.index(example.gold) + 1) % 26]
+        assert not score_output(task, example, f"{wrong}.")["correct"]

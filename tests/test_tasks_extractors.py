@@ -196,3 +196,22 @@ def test_the_target_is_read_back_by_strict(name):
                "math500": math_example("\\frac{1}{2}"), "triviaqa": TRIVIA, "squad": SQUAD, "boolq": BOOL}[name]
     written = task.target(example)
     assert task.match(task.strict(written, example), example)
+
+
+def test_gold_letter_parsing_is_one_function():
+    """One rule (base.letter_gold) reads every multiple-choice gold: letter, option text, lower-case
+    letter, index; MMLU, ARC, HellaSwag, Belebele and task files all go through it."""
+    from softeval.errors import UserError
+    from softeval.tasks import arc, belebele, custom, hellaswag, mmlu
+    from softeval.tasks.base import letter_gold
+
+    for module in (arc, belebele, custom, hellaswag, mmlu):
+        assert module.letter_gold is letter_gold
+    opts = ("red", "green", "blue")
+    assert [letter_gold(a, opts, "f", 0) for a in ("B", "blue", "b", 0, "2")] == ["B", "C", "B", "A", "C"]
+    assert letter_gold(1, 4, "f", 0, one_based=True) == "A"
+    for bad in ("D", 3, -1, "purple", True):
+        with pytest.raises(UserError, match="outside its 3 options"):
+            letter_gold(bad, opts, "f", 0)
+    row = {"question": "q", "choices": ["x", "y"], "answer": "b"}
+    assert mmlu.to_example(row, "i", "f", 0).gold == "B"

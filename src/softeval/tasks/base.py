@@ -213,18 +213,29 @@ def file_n_tune(n: int) -> int:
     return max(1, min(n // 3, 1000))
 
 
-def letter_gold(answer: Any, n_options: int, where: str, index: int, one_based: bool = False) -> str:
-    """An answer given as a letter ('B'), an index (1, '1') or a label, as an option letter; an answer
-    outside the options is an error naming the file and the row."""
+def letter_gold(answer: Any, options: int | Sequence[str], where: str, index: int, one_based: bool = False) -> str:
+    """The one rule for reading a multiple-choice gold answer as an option letter, for every task.
+
+    ``answer`` may be the option letter ('B'), the text of one of ``options`` (when option texts are
+    given rather than their count), a lower-case letter ('b'), or the option's index (1, '1'; 0-based
+    unless ``one_based``), in that order of precedence. Anything else, or fewer than two options, is an
+    error naming the file and the row."""
+    texts = [] if isinstance(options, int) else [str(o).strip() for o in options]
+    n_options = options if isinstance(options, int) else len(texts)
     text = str(answer).strip()
     letters = LETTERS[:n_options]
-    if len(text) == 1 and text.upper() in letters and not text.isdigit():
-        return text.upper()
+    if n_options >= 2:
+        if len(text) == 1 and text in letters:
+            return text
+        if text in texts:
+            return letters[texts.index(text)]
+        if len(text) == 1 and text.isalpha() and text.upper() in letters:
+            return text.upper()
     try:
         position = int(text) - (1 if one_based else 0)
     except ValueError:
         position = -1
-    if n_options < 2 or not 0 <= position < n_options:
+    if n_options < 2 or not 0 <= position < n_options or isinstance(answer, bool):
         raise UserError(f"{where}: row {index} has answer {answer!r} outside its {n_options} options")
     return letters[position]
 
@@ -256,3 +267,26 @@ def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: st
                                        skip_bad_rows)
         skipped += bad
     return Splits(out[tune_split], out[eval_split], f"hub ({dataset})", tune_split, eval_split, skipped_rows=skipped)
+
+
+def source_loader(to_example: RowConverter, *, offline: Callable[[bool], Splits] | None,
+                  hub: Callable[[bool, str | None], Splits], seed: int = 1234, n_tune: int | None = None,
+                  hub_configs: bool = False, no_offline: str = "", default: str = "offline") -> Callable[..., Splits]:
+    """The ``load(source, skip_bad_rows)`` of a built-in task, the one place where a source is dispatched:
+    ``offline`` -> ``offline(skip_bad_rows)``; ``hub`` or ``hub:<config>`` (when ``hub_configs``) ->
+    ``hub(skip_bad_rows, config)``; anything else is a local file in the task's own schema, held out
+    with ``seed`` (``file_splits``). Loader options a task does not use are ignored."""
+
+    def load(source: str = default, skip_bad_rows: bool = False, **options) -> Splits:
+        if source == "offline":
+            if offline is None:
+                raise UserError(no_offline or "this task has no offline copy: use --source hub or a data file")
+            return offline(skip_bad_rows)
+        if source == "hub" or source.startswith("hub:"):
+            config = source[4:].strip() or None
+            if config is not None and not hub_configs:
+                raise UserError(f"--source {source}: this task has no hub configurations; use --source hub")
+            return hub(skip_bad_rows, config)
+        return file_splits(source, to_example, seed, skip_bad_rows, n_tune=n_tune)
+
+    return load

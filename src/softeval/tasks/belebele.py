@@ -20,12 +20,12 @@ from softeval.tasks.base import (
     Task,
     cloze_question,
     file_n_tune,
-    file_splits,
     held_out_splits,
     lenient_letter,
     letter_gold,
     match_exact,
     render_mc,
+    source_loader,
     strict_letter,
 )
 
@@ -74,18 +74,18 @@ def language(source: str) -> str | None:
     return None
 
 
-def load(source: str = "hub", skip_bad_rows: bool = False, **options) -> Splits:
-    if source == "offline":
-        raise UserError(NO_OFFLINE)
-    lang = language(source)
-    if lang is None:
-        return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows, n_tune=HELD_OUT_TUNE)
+def _hub(skip_bad_rows: bool, config: str | None) -> Splits:
+    lang = language(f"hub:{config}" if config else "hub")
     where = f"{HUB}/{lang}:test"
     examples, skipped = convert_rows(read_hub(HUB, lang, "test"), lambda r, i: to_example(r, f"{lang}/{i}", where, i),
                                      where, skip_bad_rows)
     origin = f"hub ({HUB}, {lang})"
     return held_out_splits(examples, min(HELD_OUT_TUNE, file_n_tune(len(examples))), HELD_OUT_SEED, origin, "test",
                            skipped)
+
+
+load = source_loader(to_example, offline=None, hub=_hub, seed=HELD_OUT_SEED, n_tune=HELD_OUT_TUNE, hub_configs=True,
+                     no_offline=NO_OFFLINE, default="hub")
 
 
 TASK = Task(

