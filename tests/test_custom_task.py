@@ -199,3 +199,23 @@ def test_custom_multiple_choice_matches_every_letter(tmp_path):
         assert sample["strict"] == example.gold and sample["correct"] and sample["lenient_correct"], example.gold
         wrong = LETTERS[(LETTERS.index(example.gold) + 1) % 26]
         assert not score_output(task, example, f"{wrong}.")["correct"]
+
+
+def test_test_items_leak_into_tuning_and_shots(tmp_path):
+    """Issue 11 item 6: a tuning item (tune_data here) whose rendered question equals a scored item's is
+    dropped before tuning and shot picking, and counted in results.json split."""
+    from tiny import tiny_lm
+
+    rows = MC_ROWS[:10]
+    tune_rows = MC_ROWS[10:30] + [dict(MC_ROWS[3]), {**MC_ROWS[5], "q": "  Which number is 15? "}]
+    (tmp_path / "tune.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tune_rows))
+    spec = {**{k: v for k, v in MC_SPEC.items() if k != "split"}, "tune_data": "tune.jsonl"}
+    task = load_task_file(write_task(tmp_path, spec, rows=rows))
+    splits = task.splits("offline")
+    assert splits.dropped_test_duplicates == 2 and len(splits.tune) == 20
+    scored = {task.render(e) for e in splits.eval}
+    assert not [e for e in splits.tune if task.render(e) in scored]
+    config = RunConfig(model="tiny-0", task=str(task.extra["task_file"]), methods=("few-shot",), limit=3, shots=20, curve_items=0,
+                       eval_batch_size=3, out=str(tmp_path / "runs"), device="cpu")
+    (result,) = run_job(config, lm=tiny_lm())
+    assert result["split"]["dropped_test_duplicates"] == 2 and result["split"]["n_tune"] == 20

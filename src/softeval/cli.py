@@ -186,14 +186,15 @@ def cmd_tasks(args) -> int:
     for task in TASKS.values():
         row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
                "sources": list(task.sources), "source": args.source, "tune_split": None, "eval_split": None,
-               "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0}
+               "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,
+               "dropped_test_duplicates": 0}
         source_kind = args.source if args.source in ("offline", "hub") else "file"
         if source_kind not in task.sources:
             row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
                            + (" (e.g. hub:fra_Latn)" if task.name == "belebele" else ""))
         else:
             try:
-                splits = task.load(args.source)
+                splits = task.splits(args.source)
             except UserError as err:
                 row["note"] = f"could not load: {err}"
             else:

@@ -97,7 +97,7 @@ class Job:
         cfg = self.config
         check_config(cfg, model_given=self._lm is not None)
         self.task = get_task(cfg.task)
-        self.splits = self.task.load(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
+        self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
             raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
                             f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")

@@ -50,12 +50,14 @@ class Splits:
     seed: int | None = None
     note: str = ""
     skipped_rows: int = 0
+    dropped_test_duplicates: int = 0  # tuning items dropped because a scored item renders the same
 
     def describe(self) -> dict:
         return {
             "source": self.source, "tune": self.tune_name, "eval": self.eval_name,
             "n_tune": len(self.tune), "n_eval": len(self.eval), "held_out": self.held_out,
             "seed": self.seed, "note": self.note, "skipped_rows": self.skipped_rows,
+            "dropped_test_duplicates": self.dropped_test_duplicates,
         }
 
 
@@ -84,6 +86,10 @@ class Task:
     # example's options and its gold letter.
     cloze_choices: Callable[[Example], tuple[list[str], int]] | None = None
 
+    def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
+        """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""
+        return drop_test_duplicates(self.load(source, skip_bad_rows=skip_bad_rows), self.render)
+
     def continuations(self, example: Example) -> list[str]:
         """Option continuations scored by log-likelihood (multiple choice only): ' A', ' B', ..."""
         return [" " + LETTERS[i] for i in range(len(example.options))]
@@ -93,6 +99,20 @@ class Task:
         if self.cloze_choices is not None:
             return self.cloze_choices(example)
         return [str(o).strip() for o in example.options], LETTERS.index(example.gold)
+
+
+def drop_test_duplicates(splits: Splits, render: Callable[[Example], str]) -> Splits:
+    """Drop every tuning item whose rendered question (spaces collapsed) equals a scored item's, and count
+    them: published tuning splits repeat test questions (MMLU's dev and validation repeat some of its
+    test questions verbatim), and a user's ``tune_data`` may too. Tuning on, or showing as a shot, the
+    very question being scored would inflate the soft-prompt and few-shot scores. The shots are drawn
+    from the tuning items, so this covers them as well."""
+    key = lambda e: " ".join(render(e).split())
+    scored = {key(e) for e in splits.eval}
+    kept = [e for e in splits.tune if key(e) not in scored]
+    splits.dropped_test_duplicates += len(splits.tune) - len(kept)
+    splits.tune = kept
+    return splits
 
 
 # ---- multiple choice helpers ---------------------------------------------------------------
