@@ -28,7 +28,7 @@ from softeval.compare import (
     parse_pairs,
 )
 from softeval.errors import UserError
-from softeval.metrics import LEGACY_METRICS, kind_label
+from softeval.metrics import LEGACY_METRICS
 
 DEFAULT_RUNS = "runs"
 
@@ -107,7 +107,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         cells = (
             r["model"],
-            kind_label(r["model_kind"], r.get("model_kind_source")),
+            r["model_kind"] or "",
             r["task"],
             r["method"],
             str(r["seed"]),

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
-from softeval.protocol import METHODS, METRICS
+from softeval.protocol import METRICS
 from softeval.runs import folder_name
 
 INDEX_NAME = "index.sqlite"
+METHODS = ("zero-shot", "few-shot", "soft-prompt")
 REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
 BUSY_TIMEOUT_S = 60.0
 _SEED_DIR = re.compile(r"^seed(-?\d+)$")
@@ -40,7 +41,6 @@ CREATE TABLE IF NOT EXISTS runs (
     {", ".join(f"{m} REAL" for m in METRICS)},
     metrics_json TEXT NOT NULL,     -- the full metrics object, intervals included
     top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
-    model_kind_source TEXT,         -- where model_kind came from: preset, flag, guessed from name
     finished_at TEXT,
     indexed_at TEXT NOT NULL
 )
@@ -158,6 +158,10 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
     return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
 
 
+# What `softeval sweep` writes beside the run folders (its worker logs are under the hidden .sweep/).
+SWEEP_FILES = ("compare.json", "report.html")
+
+
 def scan(out_root: Path) -> RebuildReport:
     """Find every finished run under out_root, reading folders only (the index is not consulted)."""
     out_root = Path(out_root)
@@ -173,7 +177,7 @@ def scan(out_root: Path) -> RebuildReport:
         except RunFormatError as exc:
             report.skipped.append((run_dir, str(exc)))
     for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
-        if entry.name.startswith((INDEX_NAME, ".")) or entry in claimed:
+        if entry.name.startswith((INDEX_NAME, ".")) or entry.name in SWEEP_FILES or entry in claimed:
             continue
         report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
     return report
@@ -192,7 +196,7 @@ def connect(out_root: Path) -> sqlite3.Connection:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(_SCHEMA)
-            _add_folder_columns(conn, out_root)
+            _add_top_answer_column(conn, out_root)
             _add_metric_columns(conn)
             return conn
         except sqlite3.OperationalError as exc:
@@ -202,31 +206,24 @@ def connect(out_root: Path) -> sqlite3.Connection:
             time.sleep(0.05)
 
 
-# Text columns taken from results.json that older indexes lack, and how each is computed.
-FOLDER_COLUMNS = {"top_answer": top_answer, "model_kind_source": lambda results: results.get("model_kind_source")}
+def _add_top_answer_column(conn: sqlite3.Connection, out_root: Path) -> None:
+    """An index written before the ``top_answer`` column gets it, filled from the run folders, in
+    one transaction (a second process doing the same waits, then finds the column there)."""
+    def has_column() -> bool:
+        return "top_answer" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
 
-
-def _add_folder_columns(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written before a column of ``FOLDER_COLUMNS`` existed gets it, filled from the run
-    folders, in one transaction (a second process doing the same waits, then finds the column there)."""
-    def missing() -> list[str]:
-        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        return [c for c in FOLDER_COLUMNS if c not in have]
-
-    if not missing():
+    if has_column():
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        new = missing()
-        for name in new:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
-        for (path,) in conn.execute("SELECT path FROM runs").fetchall() if new else []:
-            try:
-                results = load_results(out_root / path)
-            except (RunFormatError, OSError):
-                continue  # folder gone or broken: `softeval runs --rebuild` drops it
-            conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in new)} WHERE path = ?",
-                         (*[FOLDER_COLUMNS[n](results) for n in new], path))
+        if not has_column():
+            conn.execute("ALTER TABLE runs ADD COLUMN top_answer TEXT")
+            for (path,) in conn.execute("SELECT path FROM runs").fetchall():
+                try:
+                    results = load_results(out_root / path)
+                except (RunFormatError, OSError):
+                    continue  # folder gone or broken: `softeval runs --rebuild` drops it
+                conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -315,11 +312,10 @@ def _upsert(conn: sqlite3.Connection, run: Run) -> None:
     r = run.results
     conn.execute(
         f"INSERT OR REPLACE INTO runs (path, model, model_kind, task, method, seed, n, "
-        f"{', '.join(METRICS)}, metrics_json, top_answer, model_kind_source, finished_at, indexed_at) "
-        f"VALUES ({', '.join('?' * (12 + len(METRICS)))})",
+        f"{', '.join(METRICS)}, metrics_json, top_answer, finished_at, indexed_at) "
+        f"VALUES ({', '.join('?' * (11 + len(METRICS)))})",
         (run.rel, run.model, run.model_kind, run.task, run.method, run.seed, r.get("n"),
-         *[values[m] for m in METRICS], json.dumps(r["metrics"]), top_answer(r), r.get("model_kind_source"),
-         r.get("finished_at"),
+         *[values[m] for m in METRICS], json.dumps(r["metrics"]), top_answer(r), r.get("finished_at"),
          datetime.now(UTC).isoformat(timespec="seconds")),
     )
 

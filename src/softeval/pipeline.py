@@ -29,9 +29,8 @@ from softeval.errors import UserError
 from softeval.locking import describe
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.metrics import aggregate, answer_counts
-from softeval.models import BASE, load_model
-from softeval.prompting import Prompter, pick_shots, use_chat_template
-from softeval.protocol import METHODS
+from softeval.models import load_model
+from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
 from softeval.runs import RunFolder, git_hash, identity_of, now, versions
 from softeval.scoring import add_cloze, add_letter_loglik, add_permutations, permuted, permutations_for, score_output
 from softeval.softprompt import SoftPrompt
@@ -93,7 +92,6 @@ class Job:
     curve_items: list = field(default_factory=list)
     _lm: object = None
     _prompter: Prompter | None = None
-    _kind_said: bool = False
 
     def prepare(self) -> None:
         cfg = self.config
@@ -118,14 +116,9 @@ class Job:
         if self._lm is None:
             cfg = self.config
             with self.console.status(f"loading {cfg.model}"):
-                self._lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, kind=cfg.kind)
+                self._lm = load_lm(cfg)
             self.console.print(f"loaded {cfg.model} ({self._lm.kind}, {self._lm.n_params() / 1e6:.1f}M params) "
-                               f"in {self._lm.load_seconds:.1f}s on {self._lm.device}", markup=False)
-        if not self._kind_said:
-            self._kind_said = True
-            warning = guessed_kind_warning(self._lm)
-            if warning:
-                self.console.print(warning, style="bold yellow", markup=False, highlight=False)
+                               f"in {self._lm.load_seconds:.1f}s on {self._lm.device}")
         return self._lm
 
     @property
@@ -142,16 +135,22 @@ class Job:
         return self._prompter
 
 
-def guessed_kind_warning(lm) -> str | None:
-    """The warning for a kind guessed from the model's name as base while its tokenizer has a chat
-    template: post-trained models have one, and a post-trained model taken as base is scored without
-    its template (zephyr-7b-beta's name says nothing of its training). None when there is no doubt."""
-    if lm.kind_source != "guessed from name" or lm.kind != BASE or not lm.has_chat_template:
-        return None
-    return (f"WARNING: {lm.name} is taken as a BASE model from its name alone, but its tokenizer has a chat "
-            "template, which post-trained models have. If it is post-trained, rerun with --kind post-trained "
-            "(its chat template is then used); pass --kind base to confirm and silence this. "
-            "Results record the kind and its source (model_kind_source).")
+def load_lm(config: RunConfig):
+    """The model a run of ``config`` scores (a sweep worker loads it once for all its runs)."""
+    return load_model(config.model, device=config.device, dtype=config.dtype, kind=config.kind)
+
+
+def run_folder(config: RunConfig, method: str) -> tuple[RunFolder, dict]:
+    """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
+    ``softeval run`` and ``softeval sweep`` share."""
+    return RunFolder.at(config.out, config.model, config.task, method, config.seed), config.options(method)
+
+
+def is_finished(config: RunConfig, method: str) -> bool:
+    """True when this run is finished with the same identity (``softeval run`` would skip it); a finished
+    run with other settings is a UserError, as it is for ``softeval run``."""
+    folder, identity = run_folder(config, method)
+    return folder.check(identity, False)
 
 
 def progress_bar(console: Console) -> Progress:
@@ -169,8 +168,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
     job.prepare()
     results = []
     for method in config.methods:
-        folder = RunFolder.at(config.out, config.model, config.task, method, config.seed)
-        identity = job.config.options(method)
+        folder, identity = run_folder(config, method)
         with folder.lock(config.wait, on_wait=lambda who, f=folder: console.print(
                 f"{method}: {f.final} is being written by {describe(who)}; waiting (--wait)", markup=False),
                 on_stale=lambda who: console.print(

@@ -1,0 +1,75 @@
+"""The Ray worker of a sweep: one process that loads a model once and runs that model's jobs.
+
+Each job goes through ``pipeline.run_job``, the code ``softeval run`` runs, with the loaded model passed
+in: same RunConfig, same run folder, same identity, same files. The worker knows nothing of scoring.
+A worker that finishes one model may be handed the next model asking for the same resources (the
+old model is dropped first), which saves a process start and the torch import.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+
+def probe_writable(out: str) -> str | None:
+    """None when this process can create ``out`` and write a file in it, else why not (one line)."""
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        probe = Path(out) / f".softeval-probe-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        return f"{type(err).__name__}: {err.strerror or err}"
+    return None
+
+
+class SweepWorker:
+    """Wrapped by ``ray.remote`` in the driver with the model's cpus / gpus / memory."""
+
+    def __init__(self) -> None:
+        self.lm = None
+        self.key: tuple | None = None
+
+    def hello(self, out: str) -> dict:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+                "host": socket.gethostname(), "out_error": probe_writable(out)}
+
+    def run(self, config, log_path: str) -> dict:
+        """Run one job (a RunConfig with one method and one seed); its log goes to ``log_path``."""
+        from rich.console import Console
+
+        from softeval.pipeline import is_finished, load_lm, run_job
+
+        started = time.time()
+        method = config.methods[0]
+        if is_finished(config, method):  # finished since the driver looked: never run twice
+            return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
+        key = (config.model, config.device, config.dtype, config.kind)
+        loaded_in = None
+        if self.key != key:
+            self.lm, self.key = None, None
+            gc.collect()
+            self.lm = load_lm(config)
+            self.key = key
+            loaded_in = round(time.time() - started, 2)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as log:
+            console = Console(file=log, width=120, force_terminal=False)
+            console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
+            try:
+                results = run_job(config, console=console, lm=self.lm)
+            except Exception:
+                log.write(traceback.format_exc())
+                raise
+        result = results[0]
+        return {"skipped": False, "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,
+                "pid": os.getpid(), "accuracy": (result.get("metrics", {}).get("accuracy") or {}).get("value")}

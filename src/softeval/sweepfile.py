@@ -1,0 +1,282 @@
+"""The sweep file: which models, tasks, methods and seeds to run, with which `softeval run` options.
+
+A sweep file is YAML (read with ``yaml.safe_load``). Every key is checked: an unknown key is an error
+naming the key and the file, so a typo never silently falls back to a default. Paths in the file
+(``out``, local model folders, task files, data files given as ``source``) are relative to the
+file's folder. The reference is docs/sweeps.md.
+
+Options are layered: the file's top level, then the model entry, then the task entry (the most
+specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that
+``softeval run`` would build for the same flags, so the run folder and its identity are the same.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from softeval.errors import UserError
+from softeval.pipeline import RunConfig
+from softeval.protocol import METHODS
+
+# `softeval run` options a sweep file may set (top level, per model or per task), with their types.
+RUN_OPTIONS: dict[str, tuple[type, ...]] = {
+    "limit": (int, type(None)), "steps": (int,), "shots": (int,), "tokens": (int,), "lr": (float, int),
+    "init": (str,), "source": (str,), "chat_template": (str,), "batch_size": (int,),
+    "eval_batch_size": (int,), "curve_every": (int,), "curve_items": (int,), "length_group": (int,),
+    "device": (str,), "dtype": (str,), "skip_bad_rows": (bool,), "wait": (bool,),
+}
+LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task
+TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
+MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *RUN_OPTIONS}
+TASK_KEYS = {"name", *LIST_KEYS, *RUN_OPTIONS}
+RESOURCE_KEYS = {"gpus", "cpus", "memory_gb"}
+DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
+
+
+@dataclass
+class Resources:
+    gpus: float | None = None  # None: 1 when the cluster has GPUs, else 0 (decided by the driver)
+    cpus: float = 1
+    memory_gb: float | None = None
+
+    def describe(self) -> str:
+        gpus = "auto" if self.gpus is None else f"{self.gpus:g}"
+        memory = "" if self.memory_gb is None else f", memory {self.memory_gb:g} GB"
+        return f"cpus {self.cpus:g}, gpus {gpus}{memory}"
+
+
+@dataclass
+class ModelEntry:
+    name: str  # what load_model gets: preset, hub id, local folder (made absolute) or .gguf file
+    label: str  # as written in the sweep file
+    kind: str | None = None
+    post_trained: str | None = None  # `name` of its post-trained partner in this sweep
+    resources: Resources = field(default_factory=Resources)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TaskEntry:
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepJob:
+    model: ModelEntry
+    config: RunConfig  # one method, one seed
+    index: int = 0
+
+    @property
+    def method(self) -> str:
+        return self.config.methods[0]
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.model.label, self.config.task, self.method, self.config.seed)
+
+
+@dataclass
+class Sweep:
+    path: Path
+    out: Path
+    models: list[ModelEntry]
+    tasks: list[TaskEntry]
+    jobs: list[SweepJob]
+    retries: int = DEFAULT_RETRIES
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(m.name, m.post_trained) for m in self.models if m.post_trained]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file; every mistake is one UserError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"sweep file not found: {path}")
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"sweep file {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    return parse_sweep(spec, path)
+
+
+def parse_sweep(spec: Any, path: Path) -> Sweep:
+    where = f"sweep file {path}"
+    if not isinstance(spec, dict):
+        raise UserError(f"{where}: expected a mapping with models, tasks and out")
+    _check_keys(spec, TOP_KEYS, where)
+    for key in ("models", "tasks", "out"):
+        if key not in spec:
+            raise UserError(f"{where}: '{key}' is missing")
+    here = path.parent
+    if not isinstance(spec["out"], str) or not spec["out"].strip():
+        raise UserError(f"{where}: 'out' must name a folder")
+    out = _resolve(here, spec["out"])
+    shared = _options(spec, where, here)
+    retries = spec.get("retries", DEFAULT_RETRIES)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise UserError(f"{where}: 'retries' must be a whole number >= 0, not {retries!r}")
+    models = [_model(m, where, here) for m in _list(spec["models"], "models", where)]
+    tasks = [_task(t, where, here) for t in _list(spec["tasks"], "tasks", where)]
+    _check_models(models, where)
+    if len({t.name for t in tasks}) != len(tasks):
+        raise UserError(f"{where}: a task is listed twice")
+    jobs = []
+    for model in models:
+        for task in tasks:
+            options = {"methods": list(METHODS), "seeds": [0], **shared, **model.options, **task.options}
+            methods, seeds = options.pop("methods"), options.pop("seeds")
+            for seed in seeds:
+                for method in methods:
+                    config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed,
+                                       out=str(out), kind=model.kind, **options)
+                    _check_config(config, f"{where}, model {model.label}, task {task.name}")
+                    jobs.append(SweepJob(model, config, len(jobs)))
+    return Sweep(path, out, models, tasks, jobs, retries)
+
+
+def _check_config(config: RunConfig, where: str) -> None:
+    """The checks of `softeval run`, on the driver. The device is the worker's: only its name is checked
+    here (the driver of a GPU cluster may have none)."""
+    from softeval.checks import _DEVICE, check_config
+
+    if not _DEVICE.fullmatch(config.device):
+        raise UserError(f"{where}: unknown device {config.device!r}: use auto, cpu, cuda, cuda:N or mps")
+    try:
+        check_config(replace(config, device="auto", out="."))  # out: probed from the driver and each worker
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from None
+
+
+def _check_keys(entry: dict, allowed: set[str], where: str) -> None:
+    for key in entry:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(sorted(allowed))})"
+            raise UserError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _list(value: Any, key: str, where: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise UserError(f"{where}: '{key}' must be a non-empty list")
+    return value
+
+
+def _resolve(here: Path, text: str) -> Path:
+    path = Path(os.path.expanduser(text))
+    return Path(os.path.abspath(path if path.is_absolute() else here / path))
+
+
+def _options(entry: dict, where: str, here: Path) -> dict[str, Any]:
+    """The run options and the methods/seeds lists of one level of the file, type-checked."""
+    options: dict[str, Any] = {}
+    for key, types in RUN_OPTIONS.items():
+        if key not in entry:
+            continue
+        value = entry[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise UserError(f"{where}: '{key}' must be {' or '.join(_type_name(t) for t in types)}, not {value!r}")
+        options[key] = float(value) if key == "lr" else value
+    source = options.get("source")
+    if source is not None and source not in ("offline", "hub") and not source.startswith("hub:"):
+        options["source"] = str(_resolve(here, source))
+    if "methods" in entry:
+        methods = _list(entry["methods"], "methods", where)
+        for method in methods:
+            if method not in METHODS:
+                raise UserError(f"{where}: unknown method {method!r}: use {', '.join(METHODS)}")
+        if len(set(methods)) != len(methods):
+            raise UserError(f"{where}: a method is listed twice in 'methods'")
+        options["methods"] = list(methods)
+    if "seeds" in entry:
+        seeds = _list(entry["seeds"], "seeds", where)
+        if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+            raise UserError(f"{where}: 'seeds' must be distinct whole numbers, not {seeds!r}")
+        options["seeds"] = list(seeds)
+    return options
+
+
+def _type_name(t: type) -> str:
+    return {int: "a whole number", float: "a number", str: "text", bool: "true or false",
+            type(None): "null"}[t]
+
+
+def _model(entry: Any, where: str, here: Path) -> ModelEntry:
+    if isinstance(entry, str):
+        entry = {"name": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+        raise UserError(f"{where}: each model must be a name or a mapping with 'name', not {entry!r}")
+    label = entry["name"]
+    at = f"{where}, model {label}"
+    _check_keys(entry, MODEL_KEYS, at)
+    local = _resolve(here, label)
+    name = str(local) if local.exists() else label  # a local folder or .gguf file relative to the file
+    kind = entry.get("kind")
+    if kind not in (None, "base", "post-trained"):
+        raise UserError(f"{at}: kind must be base or post-trained, not {kind!r}")
+    partner = entry.get("post_trained")
+    if partner is not None and not isinstance(partner, str):
+        raise UserError(f"{at}: post_trained must name another model of this sweep")
+    resources = Resources()
+    if "resources" in entry:
+        given = entry["resources"]
+        if not isinstance(given, dict):
+            raise UserError(f"{at}: resources must be a mapping of gpus, cpus, memory_gb")
+        _check_keys(given, RESOURCE_KEYS, f"{at}, resources")
+        for key, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise UserError(f"{at}: resources.{key} must be a number >= 0, not {value!r}")
+        resources = replace(resources, **{k: float(v) for k, v in given.items()})
+        if resources.gpus is not None and resources.gpus > 1 and resources.gpus != int(resources.gpus):
+            raise UserError(f"{at}: resources.gpus above 1 must be a whole number, not {resources.gpus:g}")
+    return ModelEntry(name, label, kind, partner, resources, _options(entry, at, here))
+
+
+def _task(entry: Any, where: str, here: Path) -> TaskEntry:
+    from softeval.tasks import get_task
+    from softeval.tasks.custom import is_task_file
+
+    if isinstance(entry, str):
+        entry = {"name": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+        raise UserError(f"{where}: each task must be a name or a mapping with 'name', not {entry!r}")
+    at = f"{where}, task {entry['name']}"
+    _check_keys(entry, TASK_KEYS, at)
+    name = str(_resolve(here, entry["name"])) if is_task_file(entry["name"]) else entry["name"]
+    try:
+        get_task(name)
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from None
+    return TaskEntry(name, _options(entry, at, here))
+
+
+def _check_models(models: list[ModelEntry], where: str) -> None:
+    from softeval.models import check_model_name
+
+    labels = [m.label for m in models]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"{where}: a model is listed twice")
+    by_label = {m.label: m for m in models}
+    partners = []
+    for m in models:
+        try:
+            check_model_name(m.name)
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
+        if m.post_trained is not None:
+            if m.post_trained not in by_label or m.post_trained == m.label:
+                raise UserError(f"{where}: model {m.label}: post_trained {m.post_trained!r} is not another "
+                                f"model of this sweep (models: {', '.join(labels)})")
+            partners.append(m.post_trained)
+            m.post_trained = by_label[m.post_trained].name
+    if len(set(partners)) != len(partners) or set(partners) & {m.label for m in models if m.post_trained}:
+        raise UserError(f"{where}: each model may be in one base/post-trained pair only, on one side")
+

@@ -1,0 +1,280 @@
+"""`softeval sweep` on one shared local Ray cluster, with tiny random models saved to folders in the test
+and task files the workers read: every run folder and the report written; a rerun changes nothing; a
+worker killed or a node removed mid-job is retried and resumes; a job that raises is reported; bad sweep
+files are one line and exit 2 before any job starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from tiny import tiny_model, tiny_tokenizer
+
+from softeval import cli, index
+from softeval.pipeline import RunConfig, run_job
+from softeval.sweep import run_sweep
+from softeval.sweepfile import load_sweep
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+TASK = {"data": "{name}.jsonl", "fields": ["word", "answer"], "answer_field": "answer",
+        "instruction": "Write # and the {which} letter.", "prompt": "Word: {{{{ word }}}}\nAnswer:",
+        "target": " #{{{{ answer }}}}", "answer_regex": "^ ?#([a-h])", "matcher": "exact",
+        "split": {"n_tune": 40, "seed": 1}, "stop": ["\n"], "max_new_tokens": 3}
+
+
+def write_tasks(folder: Path) -> list[str]:
+    """Two synthetic tasks (first and last letter of a word) as task files the workers can read."""
+    import random
+
+    rng = random.Random(0)
+    names = []
+    for name, which, pick in (("first", "first", 0), ("last", "last", -1)):
+        rows = []
+        for i in range(60):
+            word = "".join(rng.choice("abcdefgh") for _ in range(3))
+            rows.append({"id": f"{name}{i}", "word": word, "answer": word[pick]})
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        spec = {k: v.format(name=name, which=which) if isinstance(v, str) else v for k, v in TASK.items()}
+        spec["name"] = name
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        names.append(f"{name}.yaml")
+    return names
+
+
+def write_model(folder: Path, seed: int) -> Path:
+    tok = tiny_tokenizer()
+    path = folder / f"tiny-{seed}"
+    tiny_model(len(tok), seed=seed).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """Six tiny models (three base/post-trained pairs) and two task files, shared by the tests."""
+    folder = tmp_path_factory.mktemp("sweep-assets")
+    tasks = write_tasks(folder)
+    models = [write_model(folder, seed) for seed in range(6)]
+    return folder, models, tasks
+
+
+SMALL = {"limit": 8, "steps": 4, "tokens": 2, "shots": 1, "batch_size": 4, "eval_batch_size": 8,
+         "curve_every": 2, "curve_items": 4}
+
+
+def one_error(err: str) -> str:
+    """The one line printed: an error message, never wrapped."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def write_sweep(folder: Path, spec: dict, name: str = "sweep.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def pairs_spec(assets, out: Path) -> dict:
+    folder, models, tasks = assets
+    entries = []
+    for i in range(3):
+        base, post = models[2 * i], models[2 * i + 1]
+        entries.append({"name": str(base), "kind": "base", "post_trained": str(post)})
+        entries.append({"name": str(post), "kind": "post-trained"})
+    return {"out": str(out), "models": entries, "tasks": [str(folder / t) for t in tasks],
+            "methods": ["zero-shot", "soft-prompt"], **SMALL}
+
+
+def snapshot(folder: Path) -> dict[str, tuple[float, bytes]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_sweep_of_three_pairs_writes_every_run_then_a_rerun_changes_nothing(ray_cluster, assets, tmp_path,
+                                                                             monkeypatch, capsys):
+    out = tmp_path / "out"
+    path = write_sweep(tmp_path, pairs_spec(assets, out))
+
+    assert cli.main(["sweep", str(path)]) == 0
+
+    runs = index.list_runs(out)
+    assert len(runs) == 24
+    assert {(r["task"].rsplit("/", 1)[-1], r["method"]) for r in runs} == {
+        (t, m) for t in ("first.yaml", "last.yaml") for m in ("zero-shot", "soft-prompt")}
+    assert len(list(out.glob("tiny-*/*/*/seed0/results.json"))) == 24 and not list(out.rglob("*.partial"))
+    compare = json.loads((out / "compare.json").read_text())
+    assert len(compare["pairs"]) == 3 and {r["method"] for r in compare["results"]} == {"zero-shot", "soft-prompt"}
+    report = (out / "report.html").read_text()
+    assert "<html" in report and "Skipped" not in report  # compare.json, report.html: not taken for runs
+    printed = capsys.readouterr()
+    assert "24 done" in printed.err and str(out / "report.html") in printed.err
+    first = json.loads(next(out.glob("tiny-0/first.yaml/soft-prompt/seed0/results.json")).read_text())
+    same = RunConfig(model=str(assets[1][0]), task=str(assets[0] / "first.yaml"), methods=("soft-prompt",),
+                     out=str(out), kind="base", **SMALL)
+    assert first["config"] == same.options("soft-prompt")  # exactly the config `softeval run` builds
+
+    before = snapshot(out)
+    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("a finished sweep started Ray"))
+    assert cli.main(["sweep", str(path)]) == 0
+    assert snapshot(out) == before
+    assert "nothing to run, no model loaded" in capsys.readouterr().err
+
+
+def _kill_when(path: Path, pid_box: dict, sig=signal.SIGKILL) -> threading.Thread:
+    def watch():
+        deadline = time.time() + 120
+        while time.time() < deadline and not path.exists():
+            time.sleep(0.01)
+        os.kill(pid_box["pid"], sig)
+        pid_box["killed"] = True
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cluster, assets, tmp_path):
+    folder, models, tasks = assets
+    long = {**SMALL, "steps": 40, "curve_every": 2}
+    spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
+            "tasks": [str(folder / tasks[0])], "methods": ["soft-prompt"], **long}
+    sweep = load_sweep(write_sweep(tmp_path, spec))
+    partial = sweep.out / "tiny-0" / "first.yaml" / "soft-prompt" / "seed0.partial" / "tune_state.json"
+    box, events = {}, []
+
+    def on_event(kind, state, info):
+        events.append((kind, info.get("pid")))
+        if kind == "running" and "thread" not in box:
+            box["pid"] = info["pid"]
+            box["thread"] = _kill_when(partial, box)
+
+    result = run_sweep(sweep, on_event=on_event)
+
+    assert box.get("killed") and [k for k, _ in events] == ["running", "retry", "running", "done"]
+    assert events[2][1] != box["pid"]  # a fresh worker process
+    state = result.states[0]
+    assert state.state == "done" and state.retries == 1 and not result.failed
+    run = sweep.out / "tiny-0" / "first.yaml" / "soft-prompt" / "seed0"
+    resumed = json.loads((run / "results.json").read_text())
+    assert resumed["tuning"]["resumed_at_steps"] and resumed["tuning"]["steps_run"] == 40
+
+    from softeval.models import load_model
+
+    config = RunConfig(model=str(models[0]), task=str(folder / tasks[0]), methods=("soft-prompt",),
+                       out=str(tmp_path / "ref"), kind="base", **long)
+    reference = run_job(config, lm=load_model(str(models[0]), kind="base"))[0]
+    assert resumed["metrics"] == reference["metrics"]
+    ref_run = tmp_path / "ref" / "tiny-0" / "first.yaml" / "soft-prompt" / "seed0"
+    assert (run / "samples.jsonl").read_text() == (ref_run / "samples.jsonl").read_text()
+
+
+def test_job_that_raises_is_reported_and_the_others_finish(ray_cluster, assets, tmp_path, capsys):
+    folder, models, tasks = assets
+    spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
+            "tasks": [str(folder / tasks[0]), {"name": str(folder / tasks[1]), "limit": 500}],
+            "methods": ["zero-shot"], **SMALL}
+    path = write_sweep(tmp_path, spec)
+
+    assert cli.main(["sweep", str(path)]) == 1
+
+    err = capsys.readouterr().err
+    assert "failed" in err and "--limit 500 is larger than the 20 scored items" in err
+    assert (tmp_path / "out" / "tiny-0" / "first.yaml" / "zero-shot" / "seed0" / "results.json").is_file()
+    assert not (tmp_path / "out" / "tiny-0" / "last.yaml" / "zero-shot" / "seed0").exists()
+
+
+def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, assets, tmp_path):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    folder, models, tasks = assets
+    # Hold one of the head's two CPUs, so of two one-CPU workers one must run on the new node.
+    hold = placement_group([{"CPU": 1}])
+    ray.get(hold.ready())
+    node = ray_cluster.add_node(num_cpus=1)
+    spec = {"out": str(tmp_path / "out"), "tasks": [str(folder / tasks[0])], "methods": ["soft-prompt"],
+            "models": [{"name": str(m), "kind": "base"} for m in models[:2]], **SMALL, "steps": 20}
+    sweep = load_sweep(write_sweep(tmp_path, spec))
+    seen = []
+
+    def on_event(kind, state, info):
+        seen.append((kind, state.job.model.label, info.get("node_id")))
+        if kind == "running" and info.get("node_id") == node.node_id and len(seen) == len(set(seen)):
+            threading.Thread(target=ray_cluster.remove_node, args=(node,), daemon=True).start()
+
+    try:
+        result = run_sweep(sweep, on_event=on_event)
+    finally:
+        remove_placement_group(hold)
+
+    moved = [label for kind, label, node_id in seen if kind == "running" and node_id == node.node_id]
+    assert len(moved) == 1, seen  # one model's worker ran on the second node, which was removed under it
+    assert [s.state for s in result.states] == ["done", "done"]
+    assert [s.retries for s in result.states if s.job.model.label == moved[0]] == [1]
+    assert ("running", moved[0], ray_cluster.head_node.node_id) in seen
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"modles": []}, "unknown key 'modles' (did you mean 'models'?)"),
+    ({"models": [{"name": "no-such-model"}]}, "unknown model 'no-such-model'"),
+    ({"tasks": ["no_such_task"]}, "unknown task 'no_such_task'"),
+    ({"models": [{"name": "m", "resourcs": {}}]}, "model m: unknown key 'resourcs'"),
+    ({"steps": "ten"}, "'steps' must be a whole number"),
+    ({"methods": ["two-shot"]}, "unknown method 'two-shot'"),
+])
+def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, message):
+    spec = {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"], **change}
+    path = write_sweep(tmp_path, spec)
+    assert cli.main(["sweep", str(path)]) == 2
+    err = one_error(capsys.readouterr().err)
+    assert message in err and str(path) in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_more_gpus_than_the_cluster_has_and_an_unwritable_out_stop_before_any_job(ray_cluster, assets, tmp_path,
+                                                                                 capsys):
+    folder, models, tasks = assets
+    spec = {"out": str(tmp_path / "out"), "tasks": [str(folder / tasks[0])], "methods": ["zero-shot"],
+            "models": [{"name": str(models[0]), "resources": {"gpus": 2}}], **SMALL}
+    assert cli.main(["sweep", str(write_sweep(tmp_path, spec))]) == 2
+    err = one_error(capsys.readouterr().err)
+    assert "asks for 2 GPU(s) (the largest node has 0)" in err, err
+    assert not (tmp_path / "out").exists()
+
+    (tmp_path / "file").write_text("not a folder")
+    spec = {**spec, "out": str(tmp_path / "file" / "out"), "models": [str(models[0])]}
+    assert cli.main(["sweep", str(write_sweep(tmp_path, spec))]) == 2
+    err = one_error(capsys.readouterr().err)
+    assert "file is a file, not a folder" in err, err
+
+
+def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, capsys, monkeypatch):
+    folder, models, tasks = assets
+    spec = pairs_spec(assets, tmp_path / "out")
+    spec["models"][0]["resources"] = {"gpus": 0.25, "cpus": 1}
+    spec["models"][0]["methods"] = ["zero-shot"]
+    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("a dry run started Ray"))
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["sweep", str(write_sweep(tmp_path, spec)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "22 runs" in out and "22 to do" in out and "gpus 0.25" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_example_sweep_parses_and_the_docs_list_every_option():
+    from softeval.sweepfile import RUN_OPTIONS
+
+    root = Path(__file__).parents[1]
+    sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
+    assert len(sweep.jobs) == 12 and {j.config.task for j in sweep.jobs} == {"mmlu", "arc_easy"}
+    docs = (root / "docs" / "sweeps.md").read_text()
+    assert all(f"`{key}`" in docs for key in RUN_OPTIONS)
