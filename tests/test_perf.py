@@ -34,3 +34,18 @@ def test_tuning_step_flops_by_hand():
 def test_matmul_peak_is_positive_and_quick():
     peak = matmul_peak("cpu", torch.float32, n=64, seconds=0.01)
     assert peak > 0
+
+
+def test_bench_ratio_spread_over_rounds():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_speed", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # per round: baseline seconds / softeval seconds, summed over the sections of that round
+    parts = [{"t_softeval": [1.0, 2.0, 1.0], "t_lmeval": [2.0, 2.0, 3.0]},
+             {"t_softeval": [1.0, 0.0, 1.0], "t_lmeval": [2.0, 1.0, 1.0]}]
+    assert bench.round_ratios(parts) == [2.0, 1.5, 2.0]
+    assert bench.spread([2.0, 1.5, 2.5]) == {"median": 2.0, "min": 1.5, "max": 2.5, "rounds": [2.0, 1.5, 2.5]}
