@@ -8,6 +8,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+def pytest_report_header(config):
+    """The library versions under test, at the top of every run (CI's log shows what it tested)."""
+    import transformers
+
+    versions = [f"transformers {transformers.__version__}", f"torch {torch.__version__}"]
+    try:
+        import peft
+
+        versions.append(f"peft {peft.__version__}")
+    except ImportError:
+        pass
+    return "softeval under " + ", ".join(versions)
+
+
 @pytest.fixture
 def lm():
     from tiny import tiny_lm

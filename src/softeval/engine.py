@@ -27,6 +27,7 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
 
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 from collections.abc import Callable, Sequence
@@ -48,15 +49,33 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def _supports_logits_to_keep(model) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+@functools.lru_cache(maxsize=None)
+def _forward_params(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
 
 
-def forward_last(lm, inputs: dict, keep: int, **kwargs):
-    """Forward pass that computes the vocabulary head only on the last ``keep`` positions."""
-    if _supports_logits_to_keep(lm.model):
-        out = lm.model(**inputs, logits_to_keep=keep, **kwargs)
-        return out.logits[:, -keep:], out
+def _cache_kwarg(model) -> str:
+    """The forward argument that takes a KV cache: ``cache`` in later transformers 5 releases,
+    ``past_key_values`` before (still accepted there, with a deprecation warning)."""
+    return "cache" if "cache" in _forward_params(type(model)) else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a forward pass returned, under either of its names."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+def forward_last(lm, inputs: dict, keep: int, *, cache=None, use_cache: bool = False):
+    """Forward pass that computes the vocabulary head only on the last ``keep`` positions,
+    continuing ``cache`` (or ``inputs["cache"]``) if given; ``output_cache(out)`` is the cache after it."""
+    inputs = dict(inputs)
+    cache = inputs.pop("cache", cache)
+    kwargs = {"use_cache": use_cache or cache is not None}
+    if cache is not None:
+        kwargs[_cache_kwarg(lm.model)] = cache
+    if "logits_to_keep" in _forward_params(type(lm.model)):
+        kwargs["logits_to_keep"] = keep
     out = lm.model(**inputs, **kwargs)
     return out.logits[:, -keep:], out
 
@@ -143,9 +162,11 @@ class GrowingLayer(DynamicLayer):
         super().__init__()
         self._k = self._v = None
 
-    def update(self, key_states, value_states, cache_kwargs=None):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states)
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:  # (lazy_initialization's signature differs between 4.x and 5.x)
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.keys, self.values = key_states[..., :0, :], value_states[..., :0, :]
+            self.is_initialized = True
         n, add = self.get_seq_length(), key_states.shape[-2]
         if self._k is None or n + add > self._k.shape[-2]:
             room = max(n + add, 2 * n, 64)
@@ -215,7 +236,7 @@ class SharedPrefix:
         self.n_soft = 0 if soft is None else soft.shape[0]
         self.length = self.n_soft + len(self.ids)
         _, out = forward_last(lm, build_inputs(lm, [self.ids], soft), 1, use_cache=True)
-        cache = out.past_key_values
+        cache = output_cache(out)
         self.usable = _cache_is_plain(lm.model, cache)
         if hasattr(cache, "layers"):
             self.kv = [(layer.keys, layer.values) for layer in cache.layers]
@@ -227,7 +248,7 @@ class SharedPrefix:
     def expanded(self, batch: int):
         """The prefix's cache for ``batch`` rows (only made for plain full-attention caches)."""
         legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
-        return growing_cache(legacy) if GROWING_CACHE else DynamicCache.from_legacy_cache(legacy)
+        return growing_cache(legacy) if GROWING_CACHE else DynamicCache(legacy)
 
 
 def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
@@ -264,7 +285,7 @@ def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix.length:]
     return {"inputs_embeds": embed(ids), "attention_mask": mask, "position_ids": positions,
-            "past_key_values": prefix.expanded(len(suffixes))}
+            "cache": prefix.expanded(len(suffixes))}
 
 
 def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
@@ -325,7 +346,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
                     on_first=None) -> tuple[list[str], list[bool]]:
     """Outputs of one batch, and per row whether it ran out of tokens (no stop string, no EOS)."""
     inputs = _batch_inputs(lm, seqs, soft, prefix)
-    cache = inputs.pop("past_key_values", None)  # a shared prefix's cache, or None: the model makes its own
+    cache = inputs.pop("cache", None)  # a shared prefix's cache, or None: the model makes its own
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
     device = mask.device
     eos = set(lm.eos_ids or ())
@@ -334,10 +355,10 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     tokens: list[list[int]] = [[] for _ in seqs]
     live = list(range(len(seqs)))  # rows still generating, in cache order
     ended: set[int] = set()  # rows ended by EOS or a stop string
-    logits, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
+    logits, out = forward_last(lm, inputs, 1, use_cache=True, cache=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
-    cache = to_growing(out.past_key_values)
+    cache = to_growing(output_cache(out))
     next_pos = positions[:, -1:] + 1
     for _ in range(max_new_tokens):
         chosen = logits[:, -1].argmax(-1)
@@ -363,8 +384,8 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
         mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
         logits, out = forward_last(
             lm, {"input_ids": chosen[:, None], "attention_mask": mask, "position_ids": next_pos}, 1,
-            past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+            cache=cache, use_cache=True)
+        cache = output_cache(out)
         next_pos = next_pos + 1
     return ([cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens],
             [row not in ended and max_new_tokens > 0 for row in range(len(seqs))])
@@ -481,14 +502,13 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
     embed = lm.model.get_input_embeddings()
     for items in _item_batches([len(c) for c in contexts], widths, max(size, max(widths))):
         inputs = _batch_inputs(lm, [heads[i] for i in items], soft, prefix)
-        cache = inputs.pop("past_key_values", None)
-        _, out = forward_last(lm, inputs, 1, use_cache=True, past_key_values=cache)
+        _, out = forward_last(lm, inputs, 1, use_cache=True)
         mask = inputs["attention_mask"]
         pairs = [(b, j) for b, i in enumerate(items) for j in range(len(options[i]))]
         if not pairs:
             continue
         index = torch.tensor([b for b, _ in pairs], device=mask.device)
-        cache = out.past_key_values
+        cache = output_cache(out)
         cache.batch_select_indices(index)
         suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
         width = max(len(x) for x in suffixes)
@@ -501,7 +521,7 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
         positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, mask.shape[1]:]
         logits, _ = forward_last(lm, {"inputs_embeds": embed(ids.to(embed.weight.device)),
                                       "attention_mask": full_mask, "position_ids": positions}, width,
-                                 past_key_values=cache)
+                                 cache=cache)
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         for row, (b, j) in enumerate(pairs):
             cont = list(options[items[b]][j])
