@@ -6,6 +6,7 @@ intervals, so a test that recomputes a score from samples gets the same number a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -107,8 +108,11 @@ def write_run(
         results["format_failures"] = {"causes": {"empty": 0, "max_new_tokens": 0, "wrong_style": failed,
                                                  "refusal_or_echo": 0, "other": 0},
                                       "failed": failed, "hit_max_new_tokens": 0}
+    text = "".join(json.dumps(s) + "\n" for s in samples)
+    if not legacy:  # older runs recorded no checksum: readers count their rows instead
+        results.update(samples_count=n, samples_sha256=hashlib.sha256(text.encode()).hexdigest())
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    (run_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    (run_dir / "samples.jsonl").write_text(text, encoding="utf-8")
     if curve is not None:
         (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
     return run_dir

@@ -172,6 +172,9 @@ def test_a_run_written_before_answers_were_recorded_gets_them_from_its_samples(t
     del results["answers"]
     (run / "results.json").write_text(json.dumps(results))
     assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
+    del results["samples_sha256"]  # and before samples were checksummed: they are checked row by row
+    (run / "results.json").write_text(json.dumps(results))
     (run / "samples.jsonl").write_text("not json\n")
-    index.rebuild(tmp_path)
-    assert index.list_runs(tmp_path)[0]["top_answer"] is None  # unreadable samples: no answer, no error
+    report = index.rebuild(tmp_path)
+    assert index.list_runs(tmp_path) == []  # damaged samples: the run is skipped, saying why
+    assert "samples.jsonl line 1 is not JSON" in report.skipped[0][1]

@@ -88,12 +88,17 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 def cmd_runs(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
     console = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+    def skipped(path: Path, why: str) -> None:
+        console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
+
     if args.rebuild:
         report = index.rebuild(out)
+        if report.damaged_aside:
+            console.print(f"kept the damaged index as {report.damaged_aside}", style="yellow", markup=False)
         console.print(f"Rebuilt {out / index.INDEX_NAME}: {len(report.runs)} runs indexed.", markup=False)
         for path, why in report.skipped:
-            console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
-    runs = index.list_runs(out)
+            skipped(path, why)
+    runs = index.list_runs(out, on_skip=skipped)
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0

@@ -99,13 +99,14 @@ def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
     num_field, den_field = PER_ITEM[metric]
     per_seed: list[dict[str, tuple[float, float]]] = []
     for run in sorted(runs, key=lambda r: r.seed):
-        path = run.path / "samples.jsonl"
-        if not path.is_file():
-            raise UserError(f"{run.rel}: no samples.jsonl, so items cannot be resampled")
+        try:  # runs come from index.scan, which checked samples.jsonl against results.json
+            samples = read_samples(run.path)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{run.rel}: samples.jsonl cannot be read ({exc}), so items cannot be resampled") from None
         rows: dict[str, tuple[float, float]] = {}
-        for line_no, sample in enumerate(read_samples(run.path), 1):
+        for row_no, sample in enumerate(samples, 1):
             if sample.get(num_field) is None:
-                raise UserError(f"{run.rel}: samples.jsonl line {line_no} has no '{num_field}', "
+                raise UserError(f"{run.rel}: samples.jsonl row {row_no} has no '{num_field}', "
                                 f"so {metric} cannot be computed per item")
             den = 1.0 if den_field is None else float(bool(sample.get(den_field)))
             rows[str(sample["id"])] = (float(bool(sample[num_field])) * den, den)

@@ -9,16 +9,21 @@ keyed by the run's path, and a busy timeout makes a second writer wait instead o
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import shlex
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from softeval.errors import UserError
 from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
 from softeval.protocol import METRICS
 from softeval.runs import folder_name
@@ -41,6 +46,7 @@ CREATE TABLE IF NOT EXISTS runs (
     {", ".join(f"{m} REAL" for m in METRICS)},
     metrics_json TEXT NOT NULL,     -- the full metrics object, intervals included
     top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
+    stamp TEXT,                     -- size and mtime of results.json and samples.jsonl when indexed
     finished_at TEXT,
     indexed_at TEXT NOT NULL
 )
@@ -96,6 +102,7 @@ class RebuildReport:
 
     runs: list[Run] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    damaged_aside: Path | None = None  # where a damaged index file was moved by rebuild()
 
     @property
     def indexed(self) -> list[Path]:
@@ -132,6 +139,38 @@ def read_samples(run_dir: Path) -> list[dict[str, Any]]:
     return [upgrade_sample(json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
+def samples_digest(text: str) -> dict[str, Any]:
+    """What results.json records about its samples.jsonl (written by the run writer, checked here)."""
+    return {"samples_count": sum(1 for line in text.splitlines() if line.strip()),
+            "samples_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def verify_samples(run_dir: Path, results: dict[str, Any]) -> None:
+    """Raise RunFormatError when samples.jsonl is not the file results.json was written with: its
+    sha256 and row count (recorded since they were), else (older runs) every row JSON and n rows."""
+    path = Path(run_dir) / "samples.jsonl"
+    redo = "damaged (rerun it with `softeval run` and the same options)"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise RunFormatError(f"no samples.jsonl: {redo}") from None
+    if "samples_sha256" in results:
+        if hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
+            raise RunFormatError(f"samples.jsonl does not match the sha256 in results.json (torn, cut or edited): "
+                                 f"{redo}")
+        return
+    rows = 0
+    for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except ValueError:
+                raise RunFormatError(f"samples.jsonl line {line_no} is not JSON (torn): {redo}") from None
+            rows += 1
+    if rows != results["n"]:
+        raise RunFormatError(f"samples.jsonl has {rows} rows but results.json says n={results['n']}: {redo}")
+
+
 def _answers_from_samples(run_dir: Path) -> dict | None:
     try:
         return answer_counts(read_samples(run_dir))
@@ -155,6 +194,7 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
             raise RunFormatError(f"results.json says {key}={results[key]!r} but the folder says {expected!r}")
     if results["method"] not in METHODS:
         raise RunFormatError(f"unknown method {results['method']!r}")
+    verify_samples(run_dir, results)
     return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
 
 
@@ -183,46 +223,63 @@ def scan(out_root: Path) -> RebuildReport:
     return report
 
 
+class IndexDamaged(UserError):
+    """The index file is not a usable SQLite database; the message says how to rebuild it."""
+
+
 def connect(out_root: Path) -> sqlite3.Connection:
-    """Open (creating if needed) the index in WAL mode with a busy timeout, schema in place."""
+    """Open (creating if needed) the index in WAL mode with a busy timeout, schema in place.
+    A file that is not a database raises IndexDamaged naming the command that rebuilds it."""
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(out_root / INDEX_NAME, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     # Switching to WAL takes an exclusive lock; two brand-new writers can race on it, so retry.
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(_SCHEMA)
-            _add_top_answer_column(conn, out_root)
+            _add_columns(conn, out_root)
             _add_metric_columns(conn)
             return conn
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+        except sqlite3.DatabaseError as exc:
+            busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+            if not busy or time.monotonic() > deadline:
                 conn.close()
-                raise
+                if busy:
+                    raise
+                raise IndexDamaged(f"the runs index {out_root / INDEX_NAME} is damaged ({exc}); the run folders are "
+                                   f"intact: rebuild it from them with `{rebuild_command(out_root)}`") from None
             time.sleep(0.05)
 
 
-def _add_top_answer_column(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written before the ``top_answer`` column gets it, filled from the run folders, in
-    one transaction (a second process doing the same waits, then finds the column there)."""
-    def has_column() -> bool:
-        return "top_answer" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+def rebuild_command(out_root: Path) -> str:
+    return f"softeval runs {shlex.quote(str(out_root))} --rebuild"
 
-    if has_column():
+
+def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
+    """An index written by an older softeval gets the columns added since, in one transaction (a
+    second process doing the same waits, then finds them there): ``top_answer`` filled from the run
+    folders, ``stamp`` left empty, so the next listing checks each run's files once."""
+    def missing() -> list[str]:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        return [c for c in ("top_answer", "stamp") if c not in have]
+
+    if not missing():
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if not has_column():
-            conn.execute("ALTER TABLE runs ADD COLUMN top_answer TEXT")
+        for column in missing():
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+            if column != "top_answer":
+                continue
             for (path,) in conn.execute("SELECT path FROM runs").fetchall():
                 try:
                     results = load_results(out_root / path)
                 except (RunFormatError, OSError):
-                    continue  # folder gone or broken: `softeval runs --rebuild` drops it
+                    continue  # folder gone or broken: the next listing drops it
                 conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
         conn.execute("COMMIT")
     except BaseException:
@@ -279,8 +336,14 @@ def record_run(out_root: Path, run_dir: Path) -> None:
 
 
 def rebuild(out_root: Path) -> RebuildReport:
-    """Replace the index's contents with what the folders hold, in one transaction."""
-    report = scan(Path(out_root))
+    """Replace the index's contents with what the folders hold, in one transaction. A damaged index
+    file is first moved aside (``index.sqlite.damaged-<time>``, kept for inspection)."""
+    out_root = Path(out_root)
+    report = scan(out_root)
+    try:
+        connect(out_root).close()
+    except IndexDamaged:
+        report.damaged_aside = _move_aside(out_root)
     with _writing(out_root) as conn:
         conn.execute("DELETE FROM runs")
         for run in report.runs:
@@ -288,36 +351,82 @@ def rebuild(out_root: Path) -> RebuildReport:
     return report
 
 
-def list_runs(out_root: Path) -> list[dict[str, Any]]:
-    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet."""
+def _move_aside(out_root: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = out_root / f"{INDEX_NAME}.damaged-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{out_root / INDEX_NAME}{suffix}")
+        if path.exists():
+            os.replace(path, Path(f"{aside}{suffix}"))
+    return aside
+
+
+def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None) -> list[dict[str, Any]]:
+    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet.
+
+    The index may be stale: a run whose results.json or samples.jsonl changed since it was indexed
+    (size or mtime) is checked again, and dropped when it no longer passes (``on_skip(path, why)``
+    is told); a run whose folder is gone is dropped too. Listing costs one stat per file, not a read.
+    """
     out_root = Path(out_root)
     if not (out_root / INDEX_NAME).exists():
-        rebuild(out_root)
+        for path, why in rebuild(out_root).skipped:
+            if on_skip:
+                on_skip(path, why)
     conn = connect(out_root)
     try:
         rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
     finally:
         conn.close()
-    runs = []
+    runs, changed, gone = [], [], []
     for row in rows:
         item = dict(row)
+        run_dir = out_root / item["path"]
+        if item["stamp"] != _stamp(run_dir):
+            try:
+                run = check_run(out_root, run_dir)
+            except RunFormatError as exc:
+                gone.append(item["path"])
+                if on_skip:
+                    on_skip(run_dir, str(exc))
+                continue
+            changed.append(run)
+            item = {**item, **_row(run)}
         item["metrics"] = upgrade_results({"metrics": json.loads(item.pop("metrics_json"))})["metrics"]
-        item["run_dir"] = str(out_root / item["path"])
+        item["run_dir"] = str(run_dir)
+        item.pop("stamp")
         runs.append(item)
+    if changed or gone:
+        with _writing(out_root) as conn:
+            for run in changed:
+                _upsert(conn, run)
+            for path in gone:
+                conn.execute("DELETE FROM runs WHERE path = ?", (path,))
     return runs
 
 
-def _upsert(conn: sqlite3.Connection, run: Run) -> None:
+def _stamp(run_dir: Path) -> str | None:
+    """Size and mtime of the two files a run's numbers come from (None when one is missing)."""
+    try:
+        parts = [os.stat(Path(run_dir) / name) for name in ("results.json", "samples.jsonl")]
+    except OSError:
+        return None
+    return ";".join(f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
+
+
+def _row(run: Run) -> dict[str, Any]:
     values = {m: (run.metric(m) or {}).get("value") for m in METRICS}
     r = run.results
-    conn.execute(
-        f"INSERT OR REPLACE INTO runs (path, model, model_kind, task, method, seed, n, "
-        f"{', '.join(METRICS)}, metrics_json, top_answer, finished_at, indexed_at) "
-        f"VALUES ({', '.join('?' * (11 + len(METRICS)))})",
-        (run.rel, run.model, run.model_kind, run.task, run.method, run.seed, r.get("n"),
-         *[values[m] for m in METRICS], json.dumps(r["metrics"]), top_answer(r), r.get("finished_at"),
-         datetime.now(UTC).isoformat(timespec="seconds")),
-    )
+    return {"path": run.rel, "model": run.model, "model_kind": run.model_kind, "task": run.task,
+            "method": run.method, "seed": run.seed, "n": r.get("n"), **values,
+            "metrics_json": json.dumps(r["metrics"]), "top_answer": top_answer(r), "stamp": _stamp(run.path),
+            "finished_at": r.get("finished_at"), "indexed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+
+
+def _upsert(conn: sqlite3.Connection, run: Run) -> None:
+    row = _row(run)
+    conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                 tuple(row.values()))
 
 
 def _relative(out_root: Path, run_dir: Path) -> str:

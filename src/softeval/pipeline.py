@@ -173,9 +173,10 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
                 f"{method}: {f.final} is being written by {describe(who)}; waiting (--wait)", markup=False),
                 on_stale=lambda who: console.print(
                 f"{method}: taking over the run left by {describe(who)}, which no longer runs", markup=False)):
-            if folder.check(identity, config.force):
+            if folder.check(identity, config.force, log=lambda m: console.print(m, style="yellow", markup=False)):
                 console.print(f"{method}: finished run found at {folder.final}, skipped (--force to redo)",
                               style="dim", markup=False)
+                folder.index()  # a process killed between the rename and the index left it out
                 results.append(folder.finished_results())
                 continue
             results.append(run_method(job, method, folder, identity))

@@ -13,6 +13,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,23 +106,34 @@ class RunFolder:
         """
         return file_lock(self.lock_path, f"run {self.final}", wait=wait, on_wait=on_wait, on_stale=on_stale)
 
-    def finished_results(self) -> dict | None:
-        path = self.final / "results.json"
-        if not path.is_file():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            return None
+    def finished(self) -> tuple[dict | None, str | None]:
+        """(results, None) for a finished intact run, (None, why) for a damaged one (results.json
+        unreadable, samples.jsonl not the file it was written with), (None, None) for none."""
+        if not self.final.exists():
+            return None, None
+        from softeval import index
 
-    def check(self, config: dict, force: bool) -> bool:
-        """True when this run is already finished with the same config (skip it). A finished run
-        with another config is an error unless ``force`` (then it is removed)."""
-        done = self.finished_results()
+        try:
+            results = index.load_results(self.final)
+            index.verify_samples(self.final, results)
+        except index.RunFormatError as err:
+            return None, str(err)
+        return results, None
+
+    def finished_results(self) -> dict | None:
+        return self.finished()[0]
+
+    def check(self, config: dict, force: bool, log=None) -> bool:
+        """True when this run is already finished with the same identity (skip it). A finished run
+        with another identity is an error unless ``force`` (then it is removed). A damaged finished
+        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so."""
+        done, damage = self.finished()
         if done is None:
-            if self.final.exists() and not force:
-                raise UserError(f"{self.final} exists but holds no valid results.json: remove it or pass --force")
-            if self.final.exists():
+            if damage and not force:
+                aside = self.final.with_name(f".{self.final.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
+                os.replace(self.final, aside)
+                (log or _stderr)(f"{self.final}: {damage}; moved it to {aside}, scoring it again")
+            elif self.final.exists():
                 shutil.rmtree(self.final)
             return False
         if force:
@@ -152,8 +164,12 @@ class RunFolder:
 
     def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
         """Write the files into the partial folder, then rename it into place in one step."""
+        from softeval import index
+
         folder = self.start()
-        write_jsonl(folder / "samples.jsonl", samples)
+        text = jsonl_text(samples)
+        write_text(folder / "samples.jsonl", text)
+        results.update(index.samples_digest(text))  # every reader checks samples.jsonl against these
         if curve is not None:
             write_jsonl(folder / "curve.jsonl", curve)
         for scratch in [*folder.glob("tune_state*"), folder / "outputs.jsonl"]:  # resume state, superseded
@@ -163,32 +179,44 @@ class RunFolder:
             raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "
                             f"{folder}. Is another softeval writing to {self.out} without the run lock?")
         os.replace(folder, self.final)
-        try:
-            from softeval import index
-        except ImportError:
-            return self.final
+        self.index()
+        return self.final
+
+    def index(self) -> None:
+        """Add the finished run to the runs index (an idempotent upsert). The folder is the truth:
+        when the index cannot take it, say which command rebuilds the index, and carry on."""
+        from softeval import index
+
         try:
             index.record_run(self.out, self.final)
-        except Exception as err:  # the run folder is the truth; a stale index can be rebuilt
-            import sys
+        except index.IndexDamaged as err:
+            _stderr(f"warning: could not add {self.final} to the runs index: {err}")
+        except Exception as err:
+            _stderr(f"warning: could not add {self.final} to the runs index ({err}); "
+                    f"run `{index.rebuild_command(self.out)}`")
 
-            print(f"warning: could not add {self.final} to the runs index ({err}); "
-                  f"run `softeval runs {self.out} --rebuild`", file=sys.stderr)
-        return self.final
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: a reader sees the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def jsonl_text(rows: list[dict]) -> str:
+    return "".join(json.dumps(row, default=str) + "\n" for row in rows)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text(path, jsonl_text(rows))
 
 
 def versions() -> dict:

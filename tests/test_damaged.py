@@ -1,0 +1,138 @@
+"""Damaged files: a random-bytes index, torn or short samples.jsonl, a damaged results.json after
+indexing, a damaged finished run met by `softeval run`. Each is detected, named, and recoverable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from runfactory import demo_runs, outcomes, write_run
+
+from softeval import cli, index
+
+
+def _runs(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _damage_index(out: Path) -> bytes:
+    for extra in ("-wal", "-shm"):
+        Path(f"{out / index.INDEX_NAME}{extra}").unlink(missing_ok=True)
+    junk = os.urandom(4096)
+    (out / index.INDEX_NAME).write_bytes(junk)
+    return junk
+
+
+def test_random_bytes_index_says_what_to_do_and_rebuild_keeps_it_aside(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    index.rebuild(tmp_path)
+    junk = _damage_index(tmp_path)
+    code, out, err = _runs(["runs", str(tmp_path)], capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "damaged" in err and f"softeval runs {tmp_path} --rebuild" in err
+    code, out, err = _runs(["runs", str(tmp_path), "--rebuild"], capsys)
+    assert code == 0 and "model-a" in out
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(index.INDEX_NAME + ".damaged")]
+    assert len(aside) == 1 and aside[0].read_bytes() == junk and "kept the damaged index as" in out + err
+    code, out, _ = _runs(["runs", str(tmp_path)], capsys)
+    assert code == 0 and "model-a" in out
+
+
+def test_run_warning_about_the_index_points_to_a_command_that_works(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    from tiny import format_task, tiny_lm
+
+    from softeval import tasks
+    from softeval.pipeline import RunConfig, run_job
+
+    monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
+    cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path / "o"),
+                    eval_batch_size=4, curve_items=4)
+    run_job(cfg, lm=tiny_lm())
+    _damage_index(tmp_path / "o")
+    run_job(RunConfig(**{**cfg.__dict__, "methods": ("few-shot",), "shots": 1}), lm=tiny_lm())
+    err = capsys.readouterr().err
+    command = err[err.index("`softeval ") + 1:err.index("`", err.index("`softeval ") + 1)]
+    assert command.endswith("--rebuild")
+    code, out, _ = _runs(shlex.split(command)[1:], capsys)
+    assert code == 0 and "few-shot" in out and "zero-shot" in out
+
+
+def _tear(run: Path, how: str) -> None:
+    path = run / "samples.jsonl"
+    text = path.read_text()
+    if how == "torn":  # cut in the middle of a line
+        path.write_text(text[: len(text) // 2])
+    else:  # whole rows cut: still valid JSON lines
+        path.write_text("".join(text.splitlines(keepends=True)[:-3]))
+
+
+@pytest.mark.parametrize("how", ["torn", "short"])
+def test_damaged_samples_are_skipped_by_runs_compare_and_report_by_name(tmp_path, capsys, how, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    pairs = demo_runs(tmp_path)
+    damaged = tmp_path / "base-1" / "mmlu" / "zero-shot" / "seed0"
+    _tear(damaged, how)
+    code, out, err = _runs(["runs", str(tmp_path)], capsys)
+    assert code == 0 and f"skipped {damaged}: samples.jsonl" in out + err
+    assert all(r["path"] != "base-1/mmlu/zero-shot/seed0" for r in index.list_runs(tmp_path))
+    args = ["compare", str(tmp_path), "--n-boot", "50", *[f"--pair={b}={p}" for b, p in pairs]]
+    code, out, err = _runs(args, capsys)
+    assert code == 0 and "Traceback" not in err
+    assert f"skipped {damaged}" in out and "samples.jsonl" in out
+    code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
+    assert code == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "base-1/mmlu/zero-shot/seed0" in page and "samples.jsonl" in page
+
+
+def test_an_older_run_without_a_checksum_is_checked_by_its_row_count(tmp_path):
+    run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    results = json.loads((run / "results.json").read_text())
+    del results["samples_sha256"], results["samples_count"]
+    (run / "results.json").write_text(json.dumps(results))
+    assert [r.path for r in index.scan(tmp_path).runs] == [run]  # still readable
+    _tear(run, "short")
+    assert index.scan(tmp_path).skipped == [(run, "samples.jsonl has 7 rows but results.json says n=10: "
+                                                  "damaged (rerun it with `softeval run` and the same options)")]
+
+
+def test_stale_index_does_not_show_a_run_whose_results_were_damaged(tmp_path, capsys):
+    a = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    write_run(tmp_path, "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    assert len(index.list_runs(tmp_path)) == 2
+    text = (a / "results.json").read_text()
+    (a / "results.json").write_text(text[:40])
+    seen = []
+    assert [r["model"] for r in index.list_runs(tmp_path, on_skip=lambda p, why: seen.append((p, why)))] == ["model-b"]
+    assert seen and seen[0][0] == a and "not valid JSON" in seen[0][1]
+
+
+def test_softeval_run_treats_a_damaged_finished_run_as_unfinished(tmp_path, capsys, monkeypatch):
+    from tiny import format_task, tiny_lm
+
+    from softeval import tasks
+    from softeval.pipeline import RunConfig, run_job
+
+    monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
+    cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=6, out=str(tmp_path),
+                    eval_batch_size=3, curve_items=4)
+    first = run_job(cfg, lm=tiny_lm())[0]
+    run = tmp_path / "tiny-0/toyformat/zero-shot/seed0"
+    before = (run / "samples.jsonl").read_text()
+    _tear(run, "short")
+    capsys.readouterr()
+    again = run_job(cfg, lm=tiny_lm())[0]
+    err = capsys.readouterr().err
+    assert "damaged" in err and "scoring it again" in err
+    assert again["finished_at"] != first["finished_at"] and again["metrics"] == first["metrics"]
+    assert (run / "samples.jsonl").read_text() == before
+    aside = [p for p in run.parent.iterdir() if p.name.startswith(".seed0.damaged")]
+    assert len(aside) == 1 and (aside[0] / "results.json").exists()
+    assert [r["path"] for r in index.list_runs(tmp_path)] == ["tiny-0/toyformat/zero-shot/seed0"]
