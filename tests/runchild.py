@@ -4,8 +4,8 @@
 
 HOOK is ``none`` or ``<point>:<n>:<action>``: at the n-th time the run reaches ``point``, do
 ``action``. Points: ``tune`` (a tuning step's loss), ``score`` (a scoring chunk's generation),
-``finish`` (results.json about to be written, samples already written), ``index`` (the run folder
-renamed into place, the index not yet told). Actions: ``kill`` (SIGKILL itself: a `kill -9` at exactly
+``finish`` (results.json about to be written, samples already written), ``index`` (a finishing run's
+folder renamed into place, the index not yet told). Actions: ``kill`` (SIGKILL itself: a `kill -9` at exactly
 that moment) or ``pause=FILE`` (print PAUSED, then wait until FILE exists).
 Used by the lock test (two processes, one run) and the fault-injection test.
 """
@@ -42,7 +42,7 @@ def install(hook: str) -> None:
     if hook == "none":
         return
     point, n, action = hook.split(":", 2)
-    n, seen, scoring = int(n), {"count": 0}, {"on": False}
+    n, seen, inside = int(n), {"count": 0}, {"on": False}
 
     def reached() -> None:
         seen["count"] += 1
@@ -59,24 +59,29 @@ def install(hook: str) -> None:
 
         setattr(owner, name, hooked)
 
+    def flag(owner, name):
+        """While ``owner.name`` runs, inside['on'] is true: count only the calls made from it."""
+        real = getattr(owner, name)
+
+        def flagged(*args, **kw):
+            inside["on"] = True
+            try:
+                return real(*args, **kw)
+            finally:
+                inside["on"] = False
+
+        setattr(owner, name, flagged)
+
     if point == "tune":
         wrap(engine, "target_loss_backward")
     elif point == "score":
-        real_score = pipeline.score_items
-
-        def score_items(*args, **kw):
-            scoring["on"] = True
-            try:
-                return real_score(*args, **kw)
-            finally:
-                scoring["on"] = False
-
-        pipeline.score_items = score_items
-        wrap(engine, "generate", when=lambda *a, **k: scoring["on"])
+        flag(pipeline, "score_items")
+        wrap(engine, "generate", when=lambda *a, **k: inside["on"])
     elif point == "finish":
         wrap(runs, "write_json", when=lambda path, data: Path(path).name == "results.json")
-    elif point == "index":
-        wrap(index, "record_run")
+    elif point == "index":  # only the index call of a run that is finishing, not of one found finished
+        flag(runs.RunFolder, "finish")
+        wrap(index, "record_run", when=lambda *a, **k: inside["on"])
     else:
         raise SystemExit(f"unknown hook point {point!r}")
 
