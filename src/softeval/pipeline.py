@@ -25,14 +25,21 @@ from rich.progress import (
 from softeval import engine
 from softeval.checks import check_config
 from softeval.data import seeded_subset
+from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
 from softeval.locking import describe
-from softeval.diagnosis import count_causes, failure_cause
 from softeval.metrics import aggregate, answer_counts
 from softeval.models import load_model
 from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
 from softeval.runs import RunFolder, git_hash, identity_of, now, versions
-from softeval.scoring import add_cloze, add_letter_loglik, add_permutations, permuted, permutations_for, score_output
+from softeval.scoring import (
+    add_cloze,
+    add_letter_loglik,
+    add_permutations,
+    permutations_for,
+    permuted,
+    score_output,
+)
 from softeval.softprompt import SoftPrompt
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
