@@ -33,3 +33,17 @@ def test_wilson_bounds_are_exact_at_none_and_all():
     none, every = proportion([False] * 50), proportion([True] * 50)
     assert none["ci_low"] == 0.0 and every["ci_high"] == 1.0
     assert none["ci_high"] == pytest.approx(0.0713, abs=1e-4) and every["ci_low"] == pytest.approx(1 - 0.0713, abs=1e-4)
+
+
+def test_methods_and_metrics_are_one_list_each():
+    """Issue 11, one source of truth: the CLI, the index, compare, the report and the prompts use
+    protocol.METHODS and protocol.METRICS, not copies."""
+    from softeval import cli, compare, index, pipeline, prompting, protocol, report, report_plots
+
+    for module in (index, prompting, pipeline, compare, report, report_plots):
+        assert module.METHODS is protocol.METHODS
+    for module in (index, report, cli):
+        assert module.METRICS is protocol.METRICS
+    assert compare.POST_METHODS[:-1] == protocol.METHODS
+    assert set(compare.PER_ITEM) <= set(protocol.METRICS)
+    assert cli.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(protocol.METHODS)

@@ -160,3 +160,28 @@ def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypa
     before = (tmp_path / "full/tiny-0/toyformat/zero-shot/seed0/samples.jsonl").read_text()
     assert (final / "samples.jsonl").read_text() == before
     assert not (final / "outputs.jsonl").exists() and not partial.exists()
+
+
+def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, capsys, monkeypatch):
+    """Issue 11 item 7: a kind guessed from the name as base while the tokenizer has a chat template is
+    said once, with the --kind fix; the kind's source shows in `softeval runs` and the report."""
+    from softeval import index, metrics, pipeline
+    from softeval.models import BASE
+
+    lm = tiny_lm()
+    lm.kind, lm.kind_source = BASE, "guessed from name"
+    lm.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    stream = io.StringIO()
+    console = Console(file=stream, width=300)
+    run_job(_config(tmp_path, methods=("zero-shot", "few-shot")), console=console, lm=lm)
+    said = stream.getvalue()
+    assert said.count("is taken as a BASE model from its name alone") == 1
+    assert "--kind post-trained" in said and "--kind base" in said
+    lm.kind_source = "flag"
+    assert pipeline.guessed_kind_warning(lm) is None
+    runs = index.list_runs(tmp_path)
+    assert {r["model_kind_source"] for r in runs} == {"guessed from name"}
+    assert metrics.kind_label(runs[0]["model_kind"], runs[0]["model_kind_source"]) == "base (guessed from name)"
+    monkeypatch.setenv("COLUMNS", "300")
+    assert cli.main(["runs", str(tmp_path)]) == 0
+    assert "base (guessed from name)" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from softeval.errors import UserError, print_error
 from softeval.metrics import top_answer
-from softeval.protocol import METRICS
+from softeval.protocol import METHODS, METRICS
 
 METRIC_COLUMNS = METRICS
 
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
     _add_common(run)
     _add_tuning(run)
-    run.add_argument("--method", default="zero-shot,few-shot,soft-prompt", help="comma-separated methods")
+    run.add_argument("--method", default=",".join(METHODS), help="comma-separated methods")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")

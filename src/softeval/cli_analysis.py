@@ -28,7 +28,7 @@ from softeval.compare import (
     parse_pairs,
 )
 from softeval.errors import UserError
-from softeval.metrics import LEGACY_METRICS
+from softeval.metrics import LEGACY_METRICS, kind_label
 
 DEFAULT_RUNS = "runs"
 
@@ -112,7 +112,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         cells = (
             r["model"],
-            r["model_kind"] or "",
+            kind_label(r["model_kind"], r.get("model_kind_source")),
             r["task"],
             r["method"],
             str(r["seed"]),

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from softeval.errors import UserError
-from softeval.index import METHODS, Run, read_samples, scan
+from softeval.index import Run, read_samples, scan
 from softeval.metrics import metric_name
 from softeval.paired import PairedTest, paired_test
+from softeval.protocol import METHODS
 from softeval.ranking_stats import (
     ItemScores,
     batched_rank_correlations,

@@ -25,11 +25,10 @@ from typing import Any
 
 from softeval.errors import UserError
 from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
-from softeval.protocol import METRICS
+from softeval.protocol import METHODS, METRICS
 from softeval.runs import folder_name
 
 INDEX_NAME = "index.sqlite"
-METHODS = ("zero-shot", "few-shot", "soft-prompt")
 REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
 BUSY_TIMEOUT_S = 60.0
 _SEED_DIR = re.compile(r"^seed(-?\d+)$")
@@ -46,6 +45,7 @@ CREATE TABLE IF NOT EXISTS runs (
     {", ".join(f"{m} REAL" for m in METRICS)},
     metrics_json TEXT NOT NULL,     -- the full metrics object, intervals included
     top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
+    model_kind_source TEXT,         -- where model_kind came from: preset, flag, guessed from name
     stamp TEXT,                     -- size and mtime of results.json and samples.jsonl when indexed
     finished_at TEXT,
     indexed_at TEXT NOT NULL
@@ -259,28 +259,34 @@ def rebuild_command(out_root: Path) -> str:
     return f"softeval runs {shlex.quote(str(out_root))} --rebuild"
 
 
+# Text columns that older indexes lack: each filled from its run's results.json (None: left empty).
+FOLDER_COLUMNS = {"top_answer": top_answer, "model_kind_source": lambda results: results.get("model_kind_source"),
+                  "stamp": None}
+
+
 def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written by an older softeval gets the columns added since, in one transaction (a
-    second process doing the same waits, then finds them there): ``top_answer`` filled from the run
-    folders, ``stamp`` left empty, so the next listing checks each run's files once."""
+    """An index written before a column of ``FOLDER_COLUMNS`` existed gets it, filled from the run
+    folders, in one transaction (a second process doing the same waits, then finds it there). ``stamp``
+    is left empty, so the next listing checks each run's files once."""
     def missing() -> list[str]:
         have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        return [c for c in ("top_answer", "stamp") if c not in have]
+        return [c for c in FOLDER_COLUMNS if c not in have]
 
     if not missing():
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for column in missing():
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
-            if column != "top_answer":
-                continue
-            for (path,) in conn.execute("SELECT path FROM runs").fetchall():
-                try:
-                    results = load_results(out_root / path)
-                except (RunFormatError, OSError):
-                    continue  # folder gone or broken: the next listing drops it
-                conn.execute("UPDATE runs SET top_answer = ? WHERE path = ?", (top_answer(results), path))
+        new = missing()
+        for name in new:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
+        filled = [name for name in new if FOLDER_COLUMNS[name]]
+        for (path,) in conn.execute("SELECT path FROM runs").fetchall() if filled else []:
+            try:
+                results = load_results(out_root / path)
+            except (RunFormatError, OSError):
+                continue  # folder gone or broken: the next listing drops it
+            conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in filled)} WHERE path = ?",
+                         (*[FOLDER_COLUMNS[n](results) for n in filled], path))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -419,7 +425,8 @@ def _row(run: Run) -> dict[str, Any]:
     r = run.results
     return {"path": run.rel, "model": run.model, "model_kind": run.model_kind, "task": run.task,
             "method": run.method, "seed": run.seed, "n": r.get("n"), **values,
-            "metrics_json": json.dumps(r["metrics"]), "top_answer": top_answer(r), "stamp": _stamp(run.path),
+            "metrics_json": json.dumps(r["metrics"]), "top_answer": top_answer(r),
+            "model_kind_source": r.get("model_kind_source"), "stamp": _stamp(run.path),
             "finished_at": r.get("finished_at"), "indexed_at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 

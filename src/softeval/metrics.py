@@ -110,6 +110,17 @@ def answer_counts(samples: Sequence[dict], top: int = 5) -> dict:
             "gold": most_common(str(s["gold"]) for s in samples)}
 
 
+KIND_SOURCES = {"preset": "preset", "flag": "--kind", "guessed from name": "guessed from name"}
+
+
+def kind_label(kind: str | None, source: str | None) -> str:
+    """A model's kind with where it came from, for tables: ``base (guessed from name)``. A guessed kind
+    may be wrong (a post-trained model with an unusual name), so tables say when it was guessed."""
+    if not kind:
+        return ""
+    return f"{kind} ({KIND_SOURCES.get(source, source)})" if source else kind
+
+
 def top_answer(results: dict, sep: str = " ") -> str | None:
     """The most frequent strict answer of a run and its share, e.g. ``"B 46/50"``: a label prior
     shows as one answer for most items. ``"none"`` stands for "no answer found"; None when the

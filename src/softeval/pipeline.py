@@ -29,8 +29,9 @@ from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
 from softeval.locking import describe
 from softeval.metrics import aggregate, answer_counts
-from softeval.models import load_model
-from softeval.prompting import METHODS, Prompter, pick_shots, use_chat_template
+from softeval.models import BASE, load_model
+from softeval.prompting import Prompter, pick_shots, use_chat_template
+from softeval.protocol import METHODS
 from softeval.runs import RunFolder, git_hash, identity_of, now, versions
 from softeval.scoring import (
     add_cloze,
@@ -99,6 +100,7 @@ class Job:
     curve_items: list = field(default_factory=list)
     _lm: object = None
     _prompter: Prompter | None = None
+    _kind_said: bool = False
 
     def prepare(self) -> None:
         cfg = self.config
@@ -125,7 +127,12 @@ class Job:
             with self.console.status(f"loading {cfg.model}"):
                 self._lm = load_lm(cfg)
             self.console.print(f"loaded {cfg.model} ({self._lm.kind}, {self._lm.n_params() / 1e6:.1f}M params) "
-                               f"in {self._lm.load_seconds:.1f}s on {self._lm.device}")
+                               f"in {self._lm.load_seconds:.1f}s on {self._lm.device}", markup=False)
+        if not self._kind_said:
+            self._kind_said = True
+            warning = guessed_kind_warning(self._lm)
+            if warning:
+                self.console.print(warning, style="bold yellow", markup=False, highlight=False)
         return self._lm
 
     @property
@@ -158,6 +165,18 @@ def is_finished(config: RunConfig, method: str) -> bool:
     run with other settings is a UserError, as it is for ``softeval run``."""
     folder, identity = run_folder(config, method)
     return folder.check(identity, False)
+
+
+def guessed_kind_warning(lm) -> str | None:
+    """The warning for a kind guessed from the model's name as base while its tokenizer has a chat
+    template: post-trained models have one, and a post-trained model taken as base is scored without
+    its template (zephyr-7b-beta's name says nothing of its training). None when there is no doubt."""
+    if lm.kind_source != "guessed from name" or lm.kind != BASE or not lm.has_chat_template:
+        return None
+    return (f"WARNING: {lm.name} is taken as a BASE model from its name alone, but its tokenizer has a chat "
+            "template, which post-trained models have. If it is post-trained, rerun with --kind post-trained "
+            "(its chat template is then used); pass --kind base to confirm and silence this. "
+            "Results record the kind and its source (model_kind_source).")
 
 
 def progress_bar(console: Console) -> Progress:

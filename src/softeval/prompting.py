@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from softeval.errors import UserError
 from softeval.models import POST_TRAINED
+from softeval.protocol import METHODS
 from softeval.tasks.base import Example, Task
 
-METHODS = ("zero-shot", "few-shot", "soft-prompt")
 
 
 def use_chat_template(lm, setting: str) -> bool:

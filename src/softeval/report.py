@@ -16,8 +16,9 @@ from typing import Any
 from softeval import report_plots as plots
 from softeval.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, count_causes
-from softeval.index import METHODS, METRICS, Run, read_samples
-from softeval.metrics import top_answer
+from softeval.index import Run, read_samples
+from softeval.metrics import kind_label, top_answer
+from softeval.protocol import METHODS, METRICS
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -109,7 +110,7 @@ def _metrics_section(runs: list[Run]) -> str:
         f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS, "top answer")
     )
     body = "".join(
-        f"<tr><td>{escape(r.task)}</td><td>{escape(r.model)}</td><td>{escape(str(r.model_kind or ''))}</td>"
+        f"<tr><td>{escape(r.task)}</td><td>{escape(r.model)}</td><td>{escape(kind_label(r.model_kind, r.results.get('model_kind_source')))}</td>"
         f'<td>{escape(r.method)}</td><td class="num">{r.seed}</td>'
         f'<td class="num">{escape(str(r.results.get("n", "")))}</td>'
         + "".join(_fmt(r.metric(m)) for m in METRICS)

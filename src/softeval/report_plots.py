@@ -18,7 +18,8 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from softeval.compare import Comparison
-from softeval.index import METHODS, Run
+from softeval.index import Run
+from softeval.protocol import METHODS
 
 METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}
 PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}
