@@ -185,8 +185,8 @@ def test_cli_flag_reaches_the_run_config():
 def test_custom_multiple_choice_matches_every_letter(tmp_path):
     """Issue 11 item 8: letters went through the short-answer matcher, whose SQuAD normalisation
     deletes the article 'a', so gold 'A' never matched. Every letter of a 26-option task must."""
-    from softeval.tasks.base import LETTERS
     from softeval.scoring import score_output
+    from softeval.tasks.base import LETTERS
 
     rows = [{"q": f"q{i}", "opts": [f"option {k}" for k in range(26)], "ans": LETTERS[i]} for i in range(26)]
     (tmp_path / "tune.jsonl").write_text(json.dumps({**rows[0], "q": "tuning"}) + "\n")

@@ -15,7 +15,6 @@ from softeval.protocol import METHODS
 from softeval.tasks.base import Example, Task
 
 
-
 def use_chat_template(lm, setting: str) -> bool:
     """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
     silently for a base model. ``on`` without a template is an error."""

@@ -25,15 +25,15 @@ from __future__ import annotations
 import re
 
 import sympy
-
-from softeval.bounded import Bounded, TimeLimit
-from softeval.tasks.base import Unscorable
 from sympy.parsing.sympy_parser import (
     convert_xor,
     implicit_multiplication_application,
     parse_expr,
     standard_transformations,
 )
+
+from softeval.bounded import Bounded, TimeLimit
+from softeval.tasks.base import Unscorable
 
 MAX_EXPONENT = 100  # larger powers of an expression with a symbol are not expanded: scoring must stay fast
 MAX_DIGITS = 10_000  # no number in the expression may grow past this many digits
