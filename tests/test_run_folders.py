@@ -115,3 +115,20 @@ def test_negative_curve_items_is_refused(toy, tmp_path, capsys):
     code = cli.main(["run", "--model", "tiny-0", "--task", "toyformat", "--curve-items", "-1", "--out", str(tmp_path)])
     assert code == 2 and "--curve-items must be between 0" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_eval_with_a_changed_soft_prompt_at_the_same_path_is_another_run(toy, tmp_path):
+    import shutil
+
+    from softeval.errors import UserError
+
+    for seed in (0, 1):
+        run_job(_toy(tmp_path / f"t{seed}", methods=("soft-prompt",), seed=seed), lm=tiny_lm())
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tmp_path / "t0/tiny-0/toyformat/soft-prompt/seed0/soft_prompt", adapter)
+    first = run_job(_toy(tmp_path / "e", methods=("soft-prompt",), soft_prompt=str(adapter)), lm=tiny_lm())[0]
+    assert len(first["config"]["soft_prompt_sha256"]) == 64
+    shutil.rmtree(adapter)  # the same path now holds another soft prompt
+    shutil.copytree(tmp_path / "t1/tiny-0/toyformat/soft-prompt/seed1/soft_prompt", adapter)
+    with pytest.raises(UserError, match="other settings.*soft_prompt_sha256"):
+        run_job(_toy(tmp_path / "e", methods=("soft-prompt",), soft_prompt=str(adapter)), lm=tiny_lm())

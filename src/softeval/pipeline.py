@@ -5,6 +5,7 @@ This is the single way through the data that ``softeval run``, ``tune`` and ``ev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -84,7 +85,19 @@ class RunConfig:
         data = asdict(self)
         data["method"] = method
         data.pop("methods")
+        if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
+            data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
         return data
+
+
+def folder_sha256(folder: Path) -> str | None:
+    """One sha256 over a folder's files (names and bytes, sorted); None when it is not a folder."""
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass
