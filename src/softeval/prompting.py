@@ -47,7 +47,8 @@ class Prompter:
     budget: int = 1 << 30  # most prompt tokens the model's context leaves room for
     truncated: set = field(default_factory=set)  # ids of items whose prompt was cut from the left
 
-    def text(self, example: Example, method: str) -> str:
+    def full_text(self, example: Example, method: str) -> str:
+        """The rendered prompt (instruction, shots, item; in the chat template when it is on)."""
         if method not in METHODS:
             raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
         parts = [self.task.instruction]
@@ -59,6 +60,11 @@ class Prompter:
             return self.lm.tokenizer.apply_chat_template(
                 [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False)
         return body
+
+    def text(self, example: Example, method: str) -> str:
+        """The prompt the model reads: trailing spaces go to the answer (``encode_pair``), so the
+        prompt generated from is the prompt tuned and scored on."""
+        return _move_spaces(self.full_text(example, method), "")[0]
 
     def ids(self, example: Example, method: str) -> list[int]:
         return self._fit(self.encode(self.text(example, method), special=not self.chat), example)
@@ -74,22 +80,30 @@ class Prompter:
             return ids[:1] + ids[len(ids) - self.budget + 1:]
         return ids[len(ids) - self.budget:]
 
-    def target_ids(self, example: Example) -> list[int]:
-        """The answer in the required format, then EOS: what the soft prompt is tuned to produce."""
+    def target_ids(self, example: Example, method: str = "soft-prompt") -> list[int]:
+        """The answer in the required format, then the end-of-answer token: what the soft prompt is
+        tuned to produce, cut from the joint encoding of prompt + answer (``encode_pair``)."""
         text = self.task.target(example)
         if self.chat:
             text = text.lstrip()
-        ids = self.encode(text, special=False)
+        ids = self.continuation_ids(example, method, text)
         return ids + [self.lm.eos_ids[0]] if self.lm.eos_ids else ids
+
+    def continuation_ids(self, example: Example, method: str, continuation: str) -> list[int]:
+        """Ids of ``continuation`` as the model reads it after the item's prompt under ``method``."""
+        return encode_pair(self.lm.tokenizer, self.full_text(example, method), continuation,
+                           special=not self.chat)[1]
 
     def encode(self, text: str, special: bool) -> list[int]:
         return list(self.lm.tokenizer(text, add_special_tokens=special).input_ids)
 
-    def option_ids(self, example: Example) -> list[list[int]]:
+    def option_ids(self, example: Example, method: str = "zero-shot") -> list[list[int]]:
+        """Each option continuation's ids after the item's prompt (``encode_pair``); the seam is the
+        same under every method (the item comes last), so the zero-shot prompt stands for all."""
         conts = self.task.continuations(example)
         if self.chat:
             conts = [c.lstrip() for c in conts]
-        return [self.encode(c, special=False) for c in conts]
+        return [self.continuation_ids(example, method, c) for c in conts]
 
     def cloze_text(self, example: Example, method: str) -> str:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
@@ -120,13 +134,26 @@ class Prompter:
         return self._fit(ctx, example), [cont for _ctx, cont in pairs]
 
 
+def _move_spaces(context: str, continuation: str) -> tuple[str, str]:
+    """Trailing spaces of the context moved to the front of the continuation. Only spaces: a newline
+    ending a chat template's generation prompt belongs to the prompt the model generates from."""
+    spaces = len(context) - len(context.rstrip(" "))
+    return (context[:-spaces], context[-spaces:] + continuation) if spaces else (context, continuation)
+
+
 def encode_pair(tokenizer, context: str, continuation: str, special: bool = True) -> tuple[list[int], list[int]]:
     """Context and continuation ids, the continuation cut from the joint encoding at the context's
     length (lm-eval's ``_encode_pair``): trailing spaces of the context move to the continuation,
-    so ``"Answer: "`` + ``"B"`` is read as ``"Answer:"`` + ``" B"``."""
-    spaces = len(context) - len(context.rstrip())
-    if spaces:
-        context, continuation = context[:-spaces], context[-spaces:] + continuation
-    whole = list(tokenizer(context + continuation, add_special_tokens=special).input_ids)
+    so ``"Answer: "`` + ``"B"`` is read as ``"Answer:"`` + ``" B"``. The one rule for tuning
+    targets, option scores and cloze scores.
+
+    The context's ids are always those of the context alone (``special``: with BOS etc.), the ids
+    the model is given; where the joint encoding does not start with them (a token merged across
+    the seam that moving spaces does not undo, e.g. ``"\n"`` + ``"\n"``), the continuation is
+    encoded on its own."""
+    context, continuation = _move_spaces(context, continuation)
     ctx = list(tokenizer(context, add_special_tokens=special).input_ids)
-    return ctx, whole[len(ctx):]
+    whole = list(tokenizer(context + continuation, add_special_tokens=special).input_ids)
+    if whole[:len(ctx)] == ctx:
+        return ctx, whole[len(ctx):]
+    return ctx, list(tokenizer(continuation, add_special_tokens=False).input_ids)
