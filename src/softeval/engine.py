@@ -49,7 +49,7 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_params(model_class: type) -> frozenset[str]:
     return frozenset(inspect.signature(model_class.forward).parameters)
 
