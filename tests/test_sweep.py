@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from tiny import tiny_model, tiny_tokenizer
 
@@ -171,25 +172,38 @@ def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cl
 
     config = RunConfig(model=str(models[0]), task=str(folder / tasks[0]), methods=("soft-prompt",),
                        out=str(tmp_path / "ref"), kind="base", **long)
-    reference = run_job(config, lm=load_model(str(models[0]), kind="base"))[0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the worker (cpus: 1); a second thread only spins on a busy machine
+    try:
+        reference = run_job(config, lm=load_model(str(models[0]), kind="base"))[0]
+    finally:
+        torch.set_num_threads(threads)
     assert resumed["metrics"] == reference["metrics"]
     ref_run = tmp_path / "ref" / "tiny-0" / "first.yaml" / "soft-prompt" / "seed0"
     assert (run / "samples.jsonl").read_text() == (ref_run / "samples.jsonl").read_text()
 
 
-def test_job_that_raises_is_reported_and_the_others_finish(ray_cluster, assets, tmp_path, capsys):
+def test_job_that_raises_or_finds_its_run_locked_is_reported_and_the_others_finish(ray_cluster, assets,
+                                                                                   tmp_path, capsys):
+    from softeval.pipeline import run_folder
+
     folder, models, tasks = assets
     spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
             "tasks": [str(folder / tasks[0]), {"name": str(folder / tasks[1]), "limit": 500}],
-            "methods": ["zero-shot"], **SMALL}
+            "methods": ["zero-shot", "soft-prompt"], **SMALL}
     path = write_sweep(tmp_path, spec)
+    locked = next(j for j in load_sweep(path).jobs if j.method == "soft-prompt")
 
-    assert cli.main(["sweep", str(path)]) == 1
+    with run_folder(locked.config, "soft-prompt")[0].lock():  # as a `softeval run` writing it would
+        assert cli.main(["sweep", str(path)]) == 1
 
-    err = capsys.readouterr().err
-    assert "failed" in err and "--limit 500 is larger than the 20 scored items" in err
-    assert (tmp_path / "out" / "tiny-0" / "first.yaml" / "zero-shot" / "seed0" / "results.json").is_file()
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--limit 500 is larger than the 20 scored items" in err
+    assert f"is being written by pid {os.getpid()}" in err or f"pid {os.getpid()}" in err, err
+    run = tmp_path / "out" / "tiny-0" / "first.yaml"
+    assert (run / "zero-shot" / "seed0" / "results.json").is_file() and not (run / "soft-prompt" / "seed0").exists()
     assert not (tmp_path / "out" / "tiny-0" / "last.yaml" / "zero-shot" / "seed0").exists()
+    assert "3 failed" in err and "1 done" in err
 
 
 def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, assets, tmp_path):
@@ -230,6 +244,18 @@ def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, a
     ({"models": [{"name": "m", "resourcs": {}}]}, "model m: unknown key 'resourcs'"),
     ({"steps": "ten"}, "'steps' must be a whole number"),
     ({"methods": ["two-shot"]}, "unknown method 'two-shot'"),
+    ({"chat-template": "on"}, "unknown key 'chat-template' (did you mean 'chat_template'?)"),
+    ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": 1.5}}]}, "gpus above 1 must be a whole number"),
+    ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": -1}}]}, "resources.cpus must be a number >= 0"),
+    ({"seeds": ["0"]}, "'seeds' must be distinct whole numbers"),
+    ({"limit": 0}, "--limit must be between 1 and"),
+    ({"models": ["gemma-3-270m", "gemma-3-270m"]}, "a model is listed twice"),
+    ({"models": []}, "'models' must be a non-empty list"),
+    ({"tasks": ["mmlu", "mmlu"]}, "a task is listed twice"),
+    ({"models": [{"name": "gemma-3-270m", "post_trained": "nobody"}]}, "post_trained 'nobody' is not another model"),
+    ({"retries": -1}, "'retries' must be a whole number >= 0"),
+    ({"out": 5}, "'out' must name a folder"),
+    ({"tasks": ["missing.yaml"]}, "task file not found"),
 ])
 def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, message):
     spec = {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"], **change}
@@ -238,6 +264,76 @@ def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, messa
     err = one_error(capsys.readouterr().err)
     assert message in err and str(path) in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("out: o\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nsteps: 5\nsteps: 80\n", "key 'steps' is given twice (line 5)"),
+    ("", "expected a mapping"),
+    ("- gemma-3-270m\n", "expected a mapping"),
+    ("models: [gemma-3-270m\n", "not valid YAML"),
+    ("out: o\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nlimit: !!python/object:os.system x\n", "not valid YAML"),
+])
+def test_hostile_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, text, message):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    assert cli.main(["sweep", str(path)]) == 2
+    err = one_error(capsys.readouterr().err)
+    assert message in err and str(path) in err, err
+
+
+def test_a_folder_as_sweep_file_two_models_with_one_folder_name_and_a_dead_address_exit_2(tmp_path, capsys,
+                                                                                          monkeypatch):
+    assert cli.main(["sweep", str(tmp_path)]) == 2
+    assert "is not a file" in one_error(capsys.readouterr().err)
+
+    for side in ("a", "b"):
+        (tmp_path / side / "final").mkdir(parents=True)
+    spec = {"out": "out", "models": ["a/final", "b/final"], "tasks": ["mmlu"]}
+    assert cli.main(["sweep", str(write_sweep(tmp_path, spec))]) == 2
+    assert "models 'a/final' and 'b/final' would write the same run folders (final/...)" in one_error(
+        capsys.readouterr().err)
+
+    spec = {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"]}
+    path = write_sweep(tmp_path, spec)
+    assert cli.main(["sweep", str(path), "--max-parallel", "0"]) == 2
+    assert "--max-parallel must be at least 1" in one_error(capsys.readouterr().err)
+    started = time.time()
+    assert cli.main(["sweep", str(path), "--address", "127.0.0.1:1"]) == 2
+    assert "--address 127.0.0.1:1: no Ray cluster answers there" in one_error(capsys.readouterr().err)
+    assert time.time() - started < 60  # Ray itself would keep retrying for minutes
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_finished_run_with_other_settings_in_out_stops_the_sweep_before_ray(tmp_path, capsys, monkeypatch):
+    from runfactory import write_run
+
+    write_run(tmp_path / "out", "gemma-3-270m", "mmlu", "zero-shot", [True, False])
+    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("started Ray"))
+    path = write_sweep(tmp_path, {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"]})
+    assert cli.main(["sweep", str(path)]) == 2
+    assert "a finished run with other settings is at" in one_error(capsys.readouterr().err)
+
+
+def test_a_job_whose_worker_dies_more_often_than_its_retries_is_failed(ray_cluster, assets, tmp_path):
+    folder, models, tasks = assets
+    spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
+            "tasks": [{"name": str(folder / tasks[1]), "steps": 4}, str(folder / tasks[0])],
+            "methods": ["soft-prompt"], "retries": 0, **SMALL, "steps": 40}
+    sweep = load_sweep(write_sweep(tmp_path, spec))
+    partial = sweep.out / "tiny-0" / "first.yaml" / "soft-prompt" / "seed0.partial"
+    box = {}
+
+    def on_event(kind, state, info):
+        if kind == "running" and "first" in state.job.config.task and "thread" not in box:
+            box["pid"] = info["pid"]
+            box["thread"] = _kill_when(partial / "tune_state.json", box)
+
+    result = run_sweep(sweep, on_event=on_event)
+
+    done, killed = result.states
+    assert killed.state == "failed" and "its worker died 1 times" in killed.error, killed.error
+    assert done.state == "done" and killed.retries == 1
+    assert (partial / "tune_state.json").is_file()  # kept: the next run of the sweep resumes it
 
 
 def test_more_gpus_than_the_cluster_has_and_an_unwritable_out_stop_before_any_job(ray_cluster, assets, tmp_path,

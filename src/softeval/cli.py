@@ -247,6 +247,12 @@ def cmd_models(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # argparse reads a bare '--' (also in `--task=--`) as its end-of-options mark and hands the option
+    # an empty list where a string is expected
+    if any(a == "--" or (a.startswith("--") and a.partition("=")[2] == "--") for a in argv):
+        print_error("softeval: '--' is not accepted as an option value or separator (see softeval --help)")
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -109,16 +109,42 @@ def _connect(address: str | None):
 
     import ray
 
+    if address:
+        check_reachable(address)
     if ray.is_initialized():
         return ray, False
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        return ray, True
-    src = str(Path(__file__).resolve().parents[1])  # workers import the softeval this driver runs
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING, runtime_env={"env_vars": env})
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+            return ray, True
+        src = str(Path(__file__).resolve().parents[1])  # workers import the softeval this driver runs
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR, runtime_env={"env_vars": env})
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        where = f"join the Ray cluster at {address}" if address else "start Ray on this machine"
+        raise UserError(f"could not {where}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}") \
+            from None
     return ray, True
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A host:port (or ray://host:port) address must accept a connection: Ray itself would retry a
+    wrong one for minutes. ``auto`` is left to Ray (it fails at once without a local cluster)."""
+    import socket
+
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
+                        "start one with `ray start --head`, or leave --address out to run on this machine") \
+            from None
 
 
 def gpus_of(model: ModelEntry, cluster_gpus: float) -> float:
@@ -256,10 +282,13 @@ class _Scheduler:
         except self.ray.exceptions.RayActorError as err:
             self._worker_died(worker, state, err)
             return
-        except self.ray.exceptions.RayTaskError as err:
+        except self.ray.exceptions.RayError as err:  # raised outside the job (the worker catches the job's own)
             self.view.failed(state, _one_line(err))
         else:
-            self.view.done(state, answer)
+            if answer.get("error"):
+                self.view.failed(state, answer["error"])
+            else:
+                self.view.done(state, answer)
         self._next(worker)
 
     def _worker_died(self, worker: Worker, state: JobState | None, err) -> None:
@@ -271,14 +300,14 @@ class _Scheduler:
             if self.start_deaths[label] > self.sweep.retries:
                 for job in self.queues.pop(label, ()):
                     self.view.failed(job, f"its worker died {self.start_deaths[label]} times before starting "
-                                          f"({_one_line(err)})")
+                                          f"({_death(err)})")
         else:
             state.retries += 1
             if state.retries > self.sweep.retries:
-                self.view.failed(state, f"its worker died {state.retries} times ({_one_line(err)})")
+                self.view.failed(state, f"its worker died {state.retries} times ({_death(err)})")
             else:
                 self.queues.setdefault(label, deque()).appendleft(state)
-                self.view.retry(state, worker.info, _one_line(err))
+                self.view.retry(state, worker.info, _death(err))
         if self.queues.get(label):
             self.waiting.appendleft(label)
 
@@ -290,13 +319,18 @@ class _Scheduler:
             self.ray.kill(worker.actor)
 
 
+def _death(err: Exception) -> str:
+    """Why Ray says a worker died, short: its message's first sentence or two."""
+    text = " ".join(str(err).split())
+    text = text.split(" Some common causes")[0]
+    return f"{type(err).__name__}: {text[:220]}"
+
+
 def _one_line(err: Exception) -> str:
+    from softeval.sweep_worker import one_line
+
     cause = getattr(err, "cause", None)
-    if isinstance(cause, Exception):
-        err = cause
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    text = lines[-1] if lines else ""
-    return f"{type(err).__name__}: {text}"[:300] if not isinstance(err, UserError) else text[:300]
+    return one_line(cause if isinstance(cause, Exception) else err)
 
 
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:

@@ -29,6 +29,15 @@ def probe_writable(out: str) -> str | None:
     return None
 
 
+def one_line(err: BaseException) -> str:
+    """An error as the sweep reports it: a user error's own message, else its type and last line."""
+    from softeval.errors import UserError
+
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    text = " ".join(" ".join(lines).split()) if isinstance(err, UserError) else (lines[-1] if lines else "")
+    return (text if isinstance(err, UserError) else f"{type(err).__name__}: {text}")[:500]
+
+
 class SweepWorker:
     """Wrapped by ``ray.remote`` in the driver with the model's cpus / gpus / memory."""
 
@@ -67,9 +76,9 @@ class SweepWorker:
             console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
             try:
                 results = run_job(config, console=console, lm=self.lm)
-            except Exception:
+            except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
-                raise
+                return {"error": one_line(err), "seconds": round(time.time() - started, 2), "pid": os.getpid()}
         result = results[0]
         return {"skipped": False, "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,
                 "pid": os.getpid(), "accuracy": (result.get("metrics", {}).get("accuracy") or {}).get("value")}

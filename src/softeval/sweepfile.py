@@ -99,13 +99,31 @@ class Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; every mistake is one UserError naming the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"sweep file not found: {path}")
+    if not path.is_file():
+        raise UserError(f"sweep file {path} is not a file")
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # safe_load, no repeated keys
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"sweep file {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise UserError(f"sweep file {path}: not valid YAML ({' '.join(str(err).split())})") from None
     return parse_sweep(spec, path)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error (YAML keeps the last one
+    silently, so `steps: 80` further down would quietly win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is given twice (line {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_sweep(spec: Any, path: Path) -> Sweep:
@@ -140,7 +158,24 @@ def parse_sweep(spec: Any, path: Path) -> Sweep:
                                        out=str(out), kind=model.kind, **options)
                     _check_config(config, f"{where}, model {model.label}, task {task.name}")
                     jobs.append(SweepJob(model, config, len(jobs)))
+    _one_writer_per_folder(jobs, where)
     return Sweep(path, out, models, tasks, jobs, retries)
+
+
+def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
+    """Every job writes its own run folder: two models whose folder names are alike (two local folders
+    both called 'final', or one model listed under two spellings) would write the same runs."""
+    from softeval.pipeline import run_folder
+
+    seen: dict[Path, SweepJob] = {}
+    for job in jobs:
+        final = run_folder(job.config, job.method)[0].final
+        if final in seen:
+            other = seen[final].model
+            raise UserError(f"{where}: models {other.label!r} and {job.model.label!r} would write the same run "
+                            f"folders ({final.parent.parent.parent.name}/...): give one folder another name, "
+                            "list the model once, or use two sweeps with different out folders")
+        seen[final] = job
 
 
 def _check_config(config: RunConfig, where: str) -> None:
