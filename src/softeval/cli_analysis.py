@@ -155,15 +155,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _print_paired(console: Console, rows: list[PairedRow]) -> None:
     if not rows:
         return
-    table = Table(title=f"soft-prompt against prompting, same model and items: {rows[0].metric}; "
-                        "difference with 95% Newcombe interval, McNemar exact p")
-    for col in ("task", "model", "A", "B", "n", "acc A", "acc B", "B - A [95% CI]", "only A / only B", "p"):
-        table.add_column(col, no_wrap=col in ("task", "A", "B"),
-                         justify="left" if col in ("task", "model", "A", "B") else "right")
+    table = Table(title=f"soft-prompt against prompting on the same items ({rows[0].metric}): difference "
+                        "with 95% Newcombe interval, McNemar exact p")
+    for col in ("task · model", "against", "n", "accuracy", "difference", "only / only", "p"):
+        table.add_column(col, overflow="fold", justify="left" if col in ("task · model", "against") else "right")
     for row in rows:
         t = row.test
         table.add_row(*(Text(cell) for cell in (
-            row.task, row.model, t.a, t.b, str(t.n), _num(t.accuracy_a), _num(t.accuracy_b),
+            f"{row.task} · {row.model}", t.a, str(t.n), f"{_num(t.accuracy_a)} → {_num(t.accuracy_b)}",
             f"{t.difference:+.3f} {_ci(t.ci_low, t.ci_high)}", f"{t.a_only} / {t.b_only}", _p(t.p_value))))
     console.print(table)
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from softeval.models import end_of_turn_id
 from softeval.softprompt import build_inputs
 
 Progress = Callable[[int], None] | None
@@ -350,6 +351,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
     device = mask.device
     eos = set(lm.eos_ids or ())
+    stop = tuple(stop) + end_markers(lm)  # an end marker written out in plain tokens ends the answer too
     window = _stop_window(lm, stop)
     decode = lm.tokenizer.decode
     tokens: list[list[int]] = [[] for _ in seqs]
@@ -389,6 +391,18 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
         next_pos = next_pos + 1
     return ([cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens],
             [row not in ended and max_new_tokens > 0 for row in range(len(seqs))])
+
+
+def end_markers(lm) -> tuple[str, ...]:
+    """Texts of the end tokens (EOS ids, the chat template's end of turn): outputs are decoded with
+    special tokens kept, and a model may also spell a marker out in ordinary tokens; either way the
+    answer ends there instead of failing the strict format with ``B<|im_end|>``."""
+    ids = set(lm.eos_ids or ())
+    end = end_of_turn_id(lm.tokenizer)
+    if end is not None:
+        ids.add(end)
+    texts = (lm.tokenizer.decode([i], skip_special_tokens=False) for i in sorted(ids))
+    return tuple(t for t in texts if t.strip())
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

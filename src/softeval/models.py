@@ -258,6 +258,30 @@ def check_model_name(name: str) -> None:
     )
 
 
+ANSWER_MARK = "softeval-answer-mark"
+
+
+def end_of_turn_id(tokenizer) -> int | None:
+    """The special token the chat template writes right after an assistant message (ChatML's
+    ``<|im_end|>``, Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``), or None: no template,
+    a template that cannot render a two-message chat, or plain text after the message."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": ANSWER_MARK}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # templates raise on what they do not support (jinja errors, ValueError, ...)
+        return None
+    at = text.rfind(ANSWER_MARK)
+    rest = text[at + len(ANSWER_MARK):] if at >= 0 else ""
+    ids = list(tokenizer(rest, add_special_tokens=False).input_ids) if rest.strip() else []
+    if not ids:
+        return None
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = ids[0] in set(getattr(tokenizer, "all_special_ids", []) or []) or getattr(added.get(ids[0]), "special", False)
+    return int(ids[0]) if special else None
+
+
 def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: str | None = None) -> LoadedModel:
     """Load ``name`` (preset, local folder, .gguf file or hub id), frozen and in eval mode."""
     device = pick_device(device)
@@ -298,6 +322,9 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
         eos.update(int(e) for e in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
     if preset is not None and preset.tokenizer_fixes.get("eos_token"):
         eos = {int(tokenizer.convert_tokens_to_ids(preset.tokenizer_fixes["eos_token"]))}
+    end_of_turn = end_of_turn_id(tokenizer)
+    if end_of_turn is not None:  # generation stops there even where the generation config omits it
+        eos.add(end_of_turn)
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from softeval.errors import UserError
-from softeval.models import POST_TRAINED
+from softeval.models import POST_TRAINED, end_of_turn_id
 from softeval.protocol import METHODS
 from softeval.tasks.base import Example, Task
 
@@ -87,7 +87,8 @@ class Prompter:
         if self.chat:
             text = text.lstrip()
         ids = self.continuation_ids(example, method, text)
-        return ids + [self.lm.eos_ids[0]] if self.lm.eos_ids else ids
+        end = end_of_answer_id(self.lm, self.chat)
+        return ids + [end] if end is not None else ids
 
     def continuation_ids(self, example: Example, method: str, continuation: str) -> list[int]:
         """Ids of ``continuation`` as the model reads it after the item's prompt under ``method``."""
@@ -132,6 +133,20 @@ class Prompter:
                  for t in texts]
         ctx = pairs[0][0]
         return self._fit(ctx, example), [cont for _ctx, cont in pairs]
+
+
+def end_of_answer_id(lm, chat: bool) -> int | None:
+    """The token a tuning target ends with: the chat template's end-of-turn token when the chat
+    template is on (the token the template writes after an answer), else the tokenizer's EOS; the
+    smallest of the model's EOS ids only when the tokenizer names none."""
+    if chat:
+        end = end_of_turn_id(lm.tokenizer)
+        if end is not None:
+            return end
+    eos = getattr(lm.tokenizer, "eos_token_id", None)
+    if eos is not None:
+        return int(eos)
+    return lm.eos_ids[0] if lm.eos_ids else None
 
 
 def _move_spaces(context: str, continuation: str) -> tuple[str, str]:
