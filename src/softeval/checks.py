@@ -50,12 +50,29 @@ def check_lr(value) -> None:
         raise UserError(f"--lr must be a positive finite number, not {value!r}")
 
 
-def check_init(value: str) -> None:
+def check_init(value: str, tokens: int | None = None) -> None:
+    """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
+    vectors; its hidden size is checked against the model once it is loaded (softprompt.initialise)."""
+    from softeval.softprompt import adapter_shape, init_source
+
     if value in ("vocab", "random"):
         return
     if isinstance(value, str) and value.startswith("text:") and value[5:].strip().strip('"'):
         return
-    raise UserError(f'--init must be vocab, random or text:"some words", not {value!r}')
+    source = init_source(value)
+    if source is not None and str(source):
+        if not source.is_dir():
+            raise UserError(f"--init {value}: no such folder (give the soft_prompt/ folder of a soft-prompt run)")
+        shape = adapter_shape(source)
+        if len(shape) != 2 or shape[0] < 1:
+            raise UserError(f"--init {value}: its prompt_embeddings have shape {shape}, not "
+                            "[num_virtual_tokens, hidden_size]")
+        if tokens is not None and shape[0] != tokens:
+            raise UserError(f"--init {value}: that soft prompt has {shape[0]} virtual tokens, the run asks for "
+                            f"--tokens {tokens}: pass --tokens {shape[0]}")
+        return
+    raise UserError(f'--init must be vocab, random, text:"some words" or from:PATH (a saved soft prompt), '
+                    f"not {value!r}")
 
 
 def check_device(device: str) -> None:
@@ -112,7 +129,7 @@ def check_config(cfg, model_given: bool = False) -> None:
         if value is not None or key != "limit":
             check_int(key, value)
     check_lr(cfg.lr)
-    check_init(cfg.init)
+    check_init(cfg.init, cfg.tokens)
     if cfg.chat_template not in ("auto", "on", "off"):
         raise UserError(f"unknown --chat-template {cfg.chat_template!r}: use auto, on or off")
     if cfg.kind not in (None, "base", "post-trained"):

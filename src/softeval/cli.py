@@ -50,7 +50,7 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=C.steps, help="tuning steps (default %(default)s)")
     p.add_argument("--tokens", type=int, default=C.tokens, help="soft-prompt vectors (default %(default)s)")
     p.add_argument("--lr", type=float, default=C.lr, help="AdamW learning rate (default %(default)s)")
-    p.add_argument("--init", default=C.init, help='vocab (default), random, or text:"..."')
+    p.add_argument("--init", default=C.init, help='vocab (default), random, text:"...", or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)')
     p.add_argument("--batch-size", type=int, default=C.batch_size, help="tuning batch (default %(default)s)")
     p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps")
     p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point")

@@ -42,7 +42,7 @@ from softeval.scoring import (
     permuted,
     score_output,
 )
-from softeval.softprompt import SoftPrompt
+from softeval.softprompt import SoftPrompt, init_identity, init_record
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
 from softeval.tune import TuneConfig, tune
@@ -87,6 +87,7 @@ class RunConfig:
         data.pop("methods")
         if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
             data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
+        data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
         return data
 
 
@@ -401,6 +402,8 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     if result.stopped_early:
         console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
     summary = result.summary()
+    if init_record(cfg.init) is not None:
+        summary["init_from"] = init_record(cfg.init)  # the warm start: source folder, digest, what it was tuned on
     console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {result.final_loss}; "
                   f"format_rate >= 0.9 first at step {summary['format_0.9_step']}")
     return result.soft, summary, result.curve

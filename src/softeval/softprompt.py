@@ -8,6 +8,7 @@ prompt-tuning adapter, so PEFT and lm-evaluation-harness (``peft=``) can load it
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,6 +20,65 @@ from softeval.errors import UserError
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 SOFTEVAL_META = "softeval.json"
+INIT_FROM = "from:"  # --init from:PATH: start from a saved soft prompt (warm start)
+
+
+def init_source(init: str) -> Path | None:
+    """The adapter folder of an ``--init from:PATH``, else None."""
+    return Path(init[len(INIT_FROM):].strip()) if isinstance(init, str) and init.startswith(INIT_FROM) else None
+
+
+def adapter_shape(folder: str | Path) -> tuple[int, ...]:
+    """The shape of a saved soft prompt's ``prompt_embeddings``, read from the safetensors header (no
+    tensor is loaded); a UserError when the folder holds no readable soft prompt."""
+    from safetensors import safe_open
+
+    weights = Path(folder) / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise UserError(f"no soft prompt at {folder}: expected {ADAPTER_WEIGHTS} (and {ADAPTER_CONFIG}), "
+                        "the soft_prompt/ folder a soft-prompt run writes")
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            if "prompt_embeddings" not in handle.keys():
+                raise UserError(f"{weights} holds {sorted(handle.keys())}, not the tensor 'prompt_embeddings'")
+            return tuple(handle.get_slice("prompt_embeddings").get_shape())
+    except UserError:
+        raise
+    except Exception as err:
+        raise UserError(f"cannot read soft prompt {weights}: {str(err).splitlines()[0] if str(err) else err}") \
+            from None
+
+
+def adapter_digest(folder: str | Path) -> str:
+    """sha256 of a saved soft prompt's weights file: what a warm-started run's identity records instead
+    of the folder's path, so moving the folder changes nothing and changing its tensor changes the run."""
+    return hashlib.sha256((Path(folder) / ADAPTER_WEIGHTS).read_bytes()).hexdigest()
+
+
+def init_identity(init: str) -> str:
+    """``from:PATH`` as the run identity sees it: ``from:sha256:<hex>`` of the adapter's weights (the
+    path as given while there is no adapter there yet); any other init unchanged."""
+    source = init_source(init)
+    if source is None or not (source / ADAPTER_WEIGHTS).is_file():
+        return init
+    return f"{INIT_FROM}sha256:{adapter_digest(source)}"
+
+
+def init_record(init: str) -> dict | None:
+    """What results.json ``tuning.init_from`` says of a warm start: the folder, its digest and what the
+    source adapter's softeval.json says it was tuned on (model, task, seed, series, step)."""
+    source = init_source(init)
+    if source is None:
+        return None
+    record = {"path": str(source.resolve()), "sha256": adapter_digest(source)}
+    meta = source / SOFTEVAL_META
+    if meta.is_file():
+        try:
+            found = json.loads(meta.read_text())
+        except json.JSONDecodeError:
+            found = {}
+        record.update({k: found[k] for k in ("model", "task", "seed", "series", "step") if k in found})
+    return record
 
 
 class SoftPrompt(torch.nn.Module):
@@ -37,7 +97,8 @@ class SoftPrompt(torch.nn.Module):
     def initialise(cls, lm, num_tokens: int = 10, how: str = "vocab", seed: int = 0) -> SoftPrompt:
         """``vocab``: embeddings of randomly sampled (non-special) vocabulary tokens; ``random``:
         Gaussian with the embedding table's scale; ``text:...``: embeddings of that text's tokens,
-        repeated or cut to ``num_tokens``."""
+        repeated or cut to ``num_tokens``; ``from:PATH``: a saved soft prompt (warm start), which must
+        have ``num_tokens`` vectors of the model's hidden size (checked: a one-line UserError)."""
         embed = lm.model.get_input_embeddings()
         generator = torch.Generator().manual_seed(seed)
         if how == "vocab":
@@ -59,8 +120,14 @@ class SoftPrompt(torch.nn.Module):
                 raise UserError("--init text:... needs a non-empty text")
             ids = (ids * num_tokens)[:num_tokens]
             vectors = _embed_ids(embed, ids)
+        elif init_source(how) is not None:
+            loaded = cls.load(init_source(how), lm)
+            if loaded.num_tokens != num_tokens:
+                raise UserError(f"--init {how}: that soft prompt has {loaded.num_tokens} virtual tokens, the run "
+                                f"asks for --tokens {num_tokens}: pass --tokens {loaded.num_tokens}")
+            vectors = loaded.weight.detach()
         else:
-            raise UserError(f"unknown soft-prompt init {how!r}: use vocab, random or text:\"...\"")
+            raise UserError(f"unknown soft-prompt init {how!r}: use vocab, random, text:\"...\" or from:PATH")
         return cls(vectors, init=how)
 
     def save(self, folder: Path, lm, extra: dict | None = None) -> None:
