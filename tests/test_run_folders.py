@@ -87,7 +87,7 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods"} | {"method"}
     assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY)
-    assert set(NOT_IDENTITY) == {"out", "force", "wait"}
+    assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step"}  # series, step: labels of the model
     # Output root, --force, --wait: the same run, found and skipped.
     first = run_job(config, lm=tiny_lm())[0]
     moved = tmp_path / "moved"

@@ -141,5 +141,9 @@ def check_config(cfg, model_given: bool = False) -> None:
     check_out(cfg.out)
     if not model_given:
         check_model_name(cfg.model)
+    if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
+        raise UserError(f"a series must have a name, not {cfg.series!r}")
+    if cfg.step is not None and (isinstance(cfg.step, bool) or not isinstance(cfg.step, int) or cfg.step < 0):
+        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {cfg.step!r}")
     if cfg.soft_prompt is not None and not Path(cfg.soft_prompt).is_dir():
         raise UserError(f"--soft-prompt {cfg.soft_prompt}: no such folder (give the folder of a saved soft prompt)")

@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS runs (
     top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
     model_kind_source TEXT,         -- where model_kind came from: preset, flag, guessed from name
     stamp TEXT,                     -- size and mtime of results.json and samples.jsonl when indexed
+    series TEXT,                    -- the training run this model is a checkpoint of (softeval.series)
+    step INTEGER,                   -- the checkpoint's training step
     finished_at TEXT,
     indexed_at TEXT NOT NULL
 )
@@ -89,6 +91,14 @@ class Run:
     @property
     def seed(self) -> int:
         return int(self.results["seed"])
+
+    @property
+    def series(self) -> str | None:
+        return self.results.get("series")
+
+    @property
+    def step(self) -> int | None:
+        return self.results.get("step")
 
     def metric(self, name: str) -> dict[str, Any] | None:
         """The metric's {value, ci_low, ci_high, n} object, or None when the run lacks it."""
@@ -259,9 +269,12 @@ def rebuild_command(out_root: Path) -> str:
     return f"softeval runs {shlex.quote(str(out_root))} --rebuild"
 
 
-# Text columns that older indexes lack: each filled from its run's results.json (None: left empty).
+# Columns that older indexes lack: each filled from its run's results.json (None: left empty); text
+# unless COLUMN_TYPES says otherwise. series/step: null for a run that is no checkpoint of a series.
 FOLDER_COLUMNS = {"top_answer": top_answer, "model_kind_source": lambda results: results.get("model_kind_source"),
-                  "stamp": None}
+                  "stamp": None, "series": lambda results: results.get("series"),
+                  "step": lambda results: results.get("step")}
+COLUMN_TYPES = {"step": "INTEGER"}
 
 
 def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
@@ -278,7 +291,7 @@ def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
     try:
         new = missing()
         for name in new:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {COLUMN_TYPES.get(name, 'TEXT')}")
         filled = [name for name in new if FOLDER_COLUMNS[name]]
         for (path,) in conn.execute("SELECT path FROM runs").fetchall() if filled else []:
             try:
@@ -426,7 +439,8 @@ def _row(run: Run) -> dict[str, Any]:
     return {"path": run.rel, "model": run.model, "model_kind": run.model_kind, "task": run.task,
             "method": run.method, "seed": run.seed, "n": r.get("n"), **values,
             "metrics_json": json.dumps(r["metrics"]), "top_answer": top_answer(r),
-            "model_kind_source": r.get("model_kind_source"), "stamp": _stamp(run.path),
+            "model_kind_source": r.get("model_kind_source"), "series": run.series, "step": run.step,
+            "stamp": _stamp(run.path),
             "finished_at": r.get("finished_at"), "indexed_at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 

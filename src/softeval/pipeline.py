@@ -78,6 +78,8 @@ class RunConfig:
     wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
     skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
     permutations: int = 0  # multiple choice: also score each item's letters in this many seeded option orders
+    series: str | None = None  # the model is a checkpoint of this series (softeval.series) ...
+    step: int | None = None  # ... at this training step
 
     def options(self, method: str) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of
@@ -171,7 +173,8 @@ def load_lm(config: RunConfig):
 def run_folder(config: RunConfig, method: str) -> tuple[RunFolder, dict]:
     """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
     ``softeval run`` and ``softeval sweep`` share."""
-    return RunFolder.at(config.out, config.model, config.task, method, config.seed), config.options(method)
+    return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
+            config.options(method))
 
 
 def is_finished(config: RunConfig, method: str) -> bool:
@@ -236,7 +239,8 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
             tuning = {"loaded_from": str(cfg.soft_prompt)}
         else:
             soft_prompt, tuning, curve = tune_soft_prompt(job, partial, identity_of(identity))
-        soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed})
+        soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed, "series": cfg.series,
+                                                       "step": cfg.step})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
     rows = score_items(job, method, prompts, soft, partial)
@@ -266,6 +270,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "softeval_version": found["softeval"],
         "model": cfg.model, "model_kind": lm.kind, "model_kind_source": lm.kind_source,
         "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
+        "series": cfg.series, "step": cfg.step,
         "metrics": aggregate(samples),
         "answers": answer_counts(samples),
         "format_failures": count_causes(samples),

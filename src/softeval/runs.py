@@ -32,6 +32,8 @@ NOT_IDENTITY = (
     "out",    # where the folders go; moving a runs folder keeps its runs
     "force",  # whether to replace a finished run: decides what happens, not what is computed
     "wait",   # whether to wait for another process writing the run
+    "series",  # a label: the checkpoint (the model path) is what is scored; the series groups it in reports
+    "step",    # the checkpoint's training step: a label of the model, like the series
 )
 NOT_RECORDED = "not recorded"
 
@@ -72,6 +74,14 @@ def folder_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "unnamed"
 
 
+def model_folder(model: str, series: str | None = None) -> str:
+    """A model's folder; a checkpoint of a series is ``<series>--<checkpoint folder>`` (the checkpoint
+    folders of two series are often both ``checkpoint-1000``)."""
+    if series is None:
+        return folder_name(model)
+    return folder_name(f"{folder_name(series)}--{folder_name(model)}")
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -82,9 +92,10 @@ class RunFolder:
     final: Path
 
     @classmethod
-    def at(cls, out: str | Path, model: str, task: str, method: str, seed: int) -> RunFolder:
+    def at(cls, out: str | Path, model: str, task: str, method: str, seed: int,
+           series: str | None = None) -> RunFolder:
         out = Path(out)
-        return cls(out, out / folder_name(model) / folder_name(task) / method / f"seed{seed}")
+        return cls(out, out / model_folder(model, series) / folder_name(task) / method / f"seed{seed}")
 
     @property
     def partial(self) -> Path:

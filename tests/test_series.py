@@ -1,0 +1,84 @@
+"""Series discovery and ordering (pure functions, property-tested), and series/step in the index."""
+
+import json
+import sqlite3
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from softeval.errors import UserError
+from softeval.series import discover, from_list, order, step_of
+
+PATTERNS = ["checkpoint-{}", "checkpoint_{}", "step{}", "step-{}", "step_{}", "global_step{}", "global-step{}",
+            "iter_{:07d}", "ckpt-{}", "{}", "run1-checkpoint-{}", "Step{}", "model.step{}"]
+
+
+@given(st.integers(0, 10**12), st.sampled_from(PATTERNS))
+def test_step_is_the_number_the_name_ends_with(step, pattern):
+    assert step_of(pattern.format(step)) == step
+
+
+@pytest.mark.parametrize("name", ["final", "checkpoint", "step", "best-model", "checkpoint-1000-old", "v2-final",
+                                  "tokenizer", "step1e3", ""])
+def test_names_without_a_step(name):
+    assert step_of(name) is None
+
+
+@given(st.lists(st.integers(0, 10**9), unique=True), st.lists(st.sampled_from(PATTERNS)),
+       st.lists(st.sampled_from(["final", "logs", "runs", "tokenizer"])), st.randoms())
+def test_order_is_by_number_not_by_text(steps, patterns, others, rng):
+    names = [(patterns[i % len(patterns)] if patterns else "checkpoint-{}").format(s) for i, s in enumerate(steps)]
+    shuffled = names + others
+    rng.shuffle(shuffled)
+    ordered = order(shuffled)
+    assert [s for s, _ in ordered] == sorted(steps)
+    assert {n for _, n in ordered} == set(names)
+
+
+def test_the_same_step_twice_is_an_error():
+    with pytest.raises(UserError, match="two checkpoints for step 100: step100 and checkpoint-100"):
+        order(["step100", "checkpoint-100"])
+
+
+def test_discover_keeps_model_folders_in_step_order(tmp_path):
+    for name in ["checkpoint-1000", "checkpoint-200", "checkpoint-30", "checkpoint-500"]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    (tmp_path / "checkpoint-999").mkdir()  # no model in it (an interrupted save): not a checkpoint
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "step7.txt").write_text("")
+    assert [c.step for c in discover(tmp_path)] == [30, 200, 500, 1000]
+    with pytest.raises(UserError, match="no checkpoint folders"):
+        discover(tmp_path / "runs")
+    with pytest.raises(UserError, match="no such folder"):
+        discover(tmp_path / "missing")
+
+
+def test_explicit_list(tmp_path):
+    got = from_list([{"path": "b", "step": 20}, {"path": "checkpoint-5"}, "a/step10"], "here", tmp_path)
+    assert [(c.step, c.path.name) for c in got] == [(5, "checkpoint-5"), (10, "step10"), (20, "b")]
+    for bad, message in [([], "non-empty list"), ([{"path": "final"}], "'step' must be"),
+                         ([{"path": "a", "step": 1}, {"path": "b", "step": 1}], "two checkpoints for step 1"),
+                         ([{"path": "a", "step": 1, "x": 2}], "mapping with 'path' and 'step'")]:
+        with pytest.raises(UserError, match=message):
+            from_list(bad, "here", tmp_path)
+
+
+def test_older_index_gets_series_columns(tmp_path):
+    from runfactory import write_run
+
+    from softeval import index
+
+    run = write_run(tmp_path, "m", "mmlu", "zero-shot", [True, False])
+    results = json.loads((run / "results.json").read_text())
+    results.update(series="r1", step=300)
+    (run / "results.json").write_text(json.dumps(results))
+    index.rebuild(tmp_path)
+    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)  # as an index written before the columns existed
+    conn.execute("ALTER TABLE runs DROP COLUMN series")
+    conn.execute("ALTER TABLE runs DROP COLUMN step")
+    conn.commit()
+    conn.close()
+    [row] = index.list_runs(tmp_path)
+    assert (row["series"], row["step"]) == ("r1", 300)
