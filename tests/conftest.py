@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +40,21 @@ def ray_cluster():
     src = str(Path(__file__).resolve().parents[1] / "src")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": src}})
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}})
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def trained_series(tmp_path_factory):
+    """A tiny model pre-trained in the test session on a synthetic fact table (tests/synthetic_series.py),
+    saved as checkpoint-100/ … checkpoint-400/, and the task file asking for the facts. Built once per
+    session (about ten seconds of CPU)."""
+    from synthetic_series import fact_table, train_series, write_task
+
+    root = tmp_path_factory.mktemp("series")
+    table = fact_table()
+    checkpoints = train_series(root / "run", table)
+    return {"folder": root / "run", "checkpoints": checkpoints, "task": write_task(root / "task", table),
+            "table": table}

@@ -104,9 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         cli_analysis.register(sub)
-    from softeval import cli_sweep
+    from softeval import cli_sweep, cli_track
 
     cli_sweep.register(sub)
+    cli_track.register(sub)
     return parser
 
 

@@ -71,7 +71,8 @@ def plan(sweep: Sweep) -> list[JobState]:
     states = []
     for job in sweep.jobs:
         folder, _ = run_folder(job.config, job.method)
-        done = is_finished(job.config, job.method)
+        config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
+        done = config is not None and is_finished(config, job.method)
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
     return states
 
@@ -184,8 +185,8 @@ class _Scheduler:
         self.queues: dict[str, deque[JobState]] = {}
         for s in states:
             if s.state == "queued":
-                self.queues.setdefault(s.job.model.label, deque()).append(s)
-        self.models = {m.label: m for m in sweep.models}
+                self.queues.setdefault(s.job.model.queue, deque()).append(s)
+        self.models = {m.queue: m for m in sweep.models}  # a series: one queue, its first checkpoint's resources
         self.waiting = deque(self.queues)  # models without a worker yet
         self.limit = max_parallel or len(self.queues)
         self.busy: dict[str, Worker] = {}  # model label -> its worker
@@ -271,9 +272,15 @@ class _Scheduler:
             self._release(worker)
             return
         state = queue.popleft()
+        config = state.job.resolved()
+        if config is None:  # a warm start whose previous checkpoint's soft-prompt run failed
+            previous = state.job.warm_from.model
+            self.view.failed(state, f"no soft prompt of {previous.label} to start from (its soft-prompt run failed)")
+            self._next(worker)
+            return
         self.any_job_started = True
-        log = self.log_dir / f"{slug(state.job.model.label)}.log"
-        self.calls[worker.actor.run.remote(state.job.config, str(log))] = (worker, state)
+        log = self.log_dir / f"{slug(state.job.model.queue)}.log"
+        self.calls[worker.actor.run.remote(config, str(log))] = (worker, state)
         self.view.running(state, worker.info)
 
     def _on_job(self, ref, worker: Worker, state: JobState) -> None:

@@ -34,6 +34,10 @@ RUN_OPTIONS: dict[str, tuple[type, ...]] = {
 LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task
 TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
 MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *RUN_OPTIONS}
+# A model entry that is a series of checkpoints (softeval.series): a folder, or an explicit list.
+SERIES_KEYS = {"name", "series", "checkpoints", "warm_start", "warm_steps", "kind", "resources", *LIST_KEYS,
+               *RUN_OPTIONS}
+WARM_STARTS = ("previous", "none")
 TASK_KEYS = {"name", *LIST_KEYS, *RUN_OPTIONS}
 RESOURCE_KEYS = {"gpus", "cpus", "memory_gb"}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
@@ -59,6 +63,16 @@ class ModelEntry:
     post_trained: str | None = None  # `name` of its post-trained partner in this sweep
     resources: Resources = field(default_factory=Resources)
     options: dict[str, Any] = field(default_factory=dict)
+    series: str | None = None  # a checkpoint of this series ...
+    step: int | None = None  # ... at this step
+    warm_start: bool = False  # its soft prompts start from the previous checkpoint's (not for the first)
+    warm_steps: int | None = None  # tuning steps of a warm-started soft prompt (None: `steps`)
+
+    @property
+    def queue(self) -> str:
+        """The worker queue it is in: a series' checkpoints share one, run in step order by one worker
+        (each warm start needs the previous checkpoint's soft prompt)."""
+        return f"series {self.series}" if self.series is not None else self.label
 
 
 @dataclass
@@ -72,6 +86,20 @@ class SweepJob:
     model: ModelEntry
     config: RunConfig  # one method, one seed
     index: int = 0
+    warm_from: SweepJob | None = None  # the previous checkpoint's soft-prompt job (same series, task, seed)
+
+    def resolved(self) -> RunConfig | None:
+        """The config to run: a warm-started job's ``init`` is ``from:`` the soft prompt its
+        ``warm_from`` job wrote; None while that soft prompt does not exist (not run yet, or failed)."""
+        if self.warm_from is None:
+            return self.config
+        from softeval.pipeline import run_folder
+        from softeval.softprompt import ADAPTER_WEIGHTS
+
+        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / "soft_prompt"
+        if not (source / ADAPTER_WEIGHTS).is_file():
+            return None
+        return replace(self.config, init=f"from:{source}")
 
     @property
     def method(self) -> str:
@@ -126,8 +154,10 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_sweep(spec: Any, path: Path) -> Sweep:
-    where = f"sweep file {path}"
+def parse_sweep(spec: Any, path: Path, where: str | None = None) -> Sweep:
+    """``path``: the file (relative paths in it are relative to its folder); ``where``: how errors
+    name it (default: 'sweep file PATH')."""
+    where = where or f"sweep file {path}"
     if not isinstance(spec, dict):
         raise UserError(f"{where}: expected a mapping with models, tasks and out")
     _check_keys(spec, TOP_KEYS, where)
@@ -142,12 +172,22 @@ def parse_sweep(spec: Any, path: Path) -> Sweep:
     retries = spec.get("retries", DEFAULT_RETRIES)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise UserError(f"{where}: 'retries' must be a whole number >= 0, not {retries!r}")
-    models = [_model(m, where, here) for m in _list(spec["models"], "models", where)]
+    models, series_names = [], []
+    for entry in _list(spec["models"], "models", where):
+        if isinstance(entry, dict) and ("series" in entry or "checkpoints" in entry):
+            checkpoints = _series(entry, where, here)
+            if checkpoints[0].series in series_names:
+                raise UserError(f"{where}: two series are named {checkpoints[0].series!r}: give each a distinct 'name'")
+            series_names.append(checkpoints[0].series)
+            models += checkpoints
+        else:
+            models.append(_model(entry, where, here))
     tasks = [_task(t, where, here) for t in _list(spec["tasks"], "tasks", where)]
     _check_models(models, where)
     if len({t.name for t in tasks}) != len(tasks):
         raise UserError(f"{where}: a task is listed twice")
-    jobs = []
+    jobs: list[SweepJob] = []
+    previous: dict[tuple, SweepJob] = {}  # (series, task, seed) -> the last checkpoint's soft-prompt job
     for model in models:
         for task in tasks:
             options = {"methods": list(METHODS), "seeds": [0], **shared, **model.options, **task.options}
@@ -155,9 +195,18 @@ def parse_sweep(spec: Any, path: Path) -> Sweep:
             for seed in seeds:
                 for method in methods:
                     config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed,
-                                       out=str(out), kind=model.kind, **options)
+                                       out=str(out), kind=model.kind, series=model.series, step=model.step,
+                                       **options)
                     _check_config(config, f"{where}, model {model.label}, task {task.name}")
-                    jobs.append(SweepJob(model, config, len(jobs)))
+                    job = SweepJob(model, config, len(jobs))
+                    if method == "soft-prompt" and model.series is not None:
+                        key = (model.series, task.name, seed)
+                        if model.warm_start and key in previous:
+                            job.warm_from = previous[key]
+                            if model.warm_steps is not None:
+                                job.config = replace(config, steps=model.warm_steps)
+                        previous[key] = job
+                    jobs.append(job)
     _one_writer_per_folder(jobs, where)
     return Sweep(path, out, models, tasks, jobs, retries)
 
@@ -273,6 +322,34 @@ def _model(entry: Any, where: str, here: Path) -> ModelEntry:
         if resources.gpus is not None and resources.gpus > 1 and resources.gpus != int(resources.gpus):
             raise UserError(f"{at}: resources.gpus above 1 must be a whole number, not {resources.gpus:g}")
     return ModelEntry(name, label, kind, partner, resources, _options(entry, at, here))
+
+
+def _series(entry: dict, where: str, here: Path) -> list[ModelEntry]:
+    """A series entry: one ModelEntry per checkpoint, in step order, labelled ``<name>@<step>``."""
+    from softeval.series import discover, from_list
+
+    if "series" in entry and "checkpoints" in entry:
+        raise UserError(f"{where}: a series entry gives 'series' (a folder) or 'checkpoints' (a list), not both")
+    given = entry.get("series")
+    if "series" in entry and (not isinstance(given, str) or not given.strip()):
+        raise UserError(f"{where}: 'series' must name a folder of checkpoints, not {given!r}")
+    name = entry.get("name", Path(given.rstrip("/")).name if given else None)
+    if not isinstance(name, str) or not name.strip():
+        raise UserError(f"{where}: a series given as 'checkpoints' needs a 'name'")
+    at = f"{where}, series {name}"
+    _check_keys(entry, SERIES_KEYS, at)
+    checkpoints = discover(_resolve(here, given)) if given else from_list(entry["checkpoints"], at, here)
+    warm = entry.get("warm_start", "previous")
+    if warm not in WARM_STARTS:
+        raise UserError(f"{at}: warm_start must be {' or '.join(WARM_STARTS)}, not {warm!r}")
+    warm_steps = entry.get("warm_steps")
+    if warm_steps is not None and (isinstance(warm_steps, bool) or not isinstance(warm_steps, int)
+                                   or warm_steps < 1):
+        raise UserError(f"{at}: warm_steps must be a whole number >= 1, not {warm_steps!r}")
+    base = _model({k: v for k, v in entry.items() if k in MODEL_KEYS and k != "name"} | {"name": name}, where, here)
+    return [replace(base, name=str(_resolve(here, str(c.path))), label=f"{name}@{c.step}", series=name, step=c.step,
+                    warm_start=warm == "previous", warm_steps=warm_steps, options=dict(base.options))
+            for c in checkpoints]
 
 
 def _task(entry: Any, where: str, here: Path) -> TaskEntry:

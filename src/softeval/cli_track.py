@@ -1,0 +1,84 @@
+"""`softeval track FOLDER --task T ...`: the series sweep of one folder of checkpoints, without writing a
+sweep file. It builds the sweep a file with one ``series:`` entry would give (softeval.sweepfile), so
+the runs, their folders and identities, the resume rule and the report are the sweep's."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from softeval.errors import UserError
+
+# `softeval run` options track passes on to every run (the sweep file's names).
+PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_size", "eval_batch_size",
+          "curve_every", "curve_items", "device", "dtype")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from softeval.pipeline import RunConfig as C
+
+    p = subparsers.add_parser("track", help="score every checkpoint of a training run (a series), each soft "
+                                            "prompt warm-started from the previous checkpoint's")
+    p.add_argument("folder", metavar="FOLDER", help="folder of checkpoints (checkpoint-1000/, step2000/, ...)")
+    p.add_argument("--task", action="append", required=True,
+                   help="task name or task file; repeat or comma-separate for several")
+    p.add_argument("--method", default="zero-shot,few-shot,soft-prompt", help="comma-separated methods")
+    p.add_argument("--seed", type=int, action="append", default=None, help="seed (repeat for several; default 0)")
+    p.add_argument("--name", default=None, help="series name (default: the folder's name)")
+    p.add_argument("--out", default=C.out, help="output root for run folders (default %(default)s)")
+    p.add_argument("--warm-start", choices=["previous", "none"], default="previous",
+                   help="previous (default): tune each checkpoint's soft prompt from the previous checkpoint's")
+    p.add_argument("--warm-steps", type=int, default=None,
+                   help="tuning steps of a warm-started soft prompt (default: the series default, see docs/sweeps.md)")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help=f"tuning steps of the first checkpoint (default {C.steps})")
+    p.add_argument("--shots", type=int, default=None)
+    p.add_argument("--tokens", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--init", default=None, help="the first checkpoint's soft-prompt init (default vocab)")
+    p.add_argument("--source", default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--eval-batch-size", type=int, default=None)
+    p.add_argument("--curve-every", type=int, default=None)
+    p.add_argument("--curve-items", type=int, default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--dry-run", action="store_true", help="print the job table, load no model")
+    p.add_argument("--address", default=None, help="Ray cluster to join (default: Ray on this machine)")
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N")
+    p.set_defaults(handler=cmd_track)
+
+
+def track_spec(args: argparse.Namespace) -> dict:
+    """The sweep file ``softeval track`` stands for (paths absolute: it has no folder of its own)."""
+    tasks = [t.strip() for given in args.task for t in given.split(",") if t.strip()]
+    tasks = [str(Path(t).absolute()) if Path(t).is_file() else t for t in tasks]
+    series = {"series": str(Path(args.folder).absolute()), "warm_start": args.warm_start}
+    if args.name is not None:
+        series["name"] = args.name
+    if args.warm_steps is not None:
+        series["warm_steps"] = args.warm_steps
+    spec = {"out": str(Path(args.out).absolute()), "models": [series], "tasks": tasks,
+            "methods": [m.strip() for m in args.method.split(",") if m.strip()], "seeds": args.seed or [0]}
+    for key in PASSED:
+        value = getattr(args, key)
+        if value is not None:
+            spec[key] = str(Path(value).absolute()) if key == "source" and Path(value).is_file() else value
+    return spec
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from softeval.sweep import plan, run_sweep
+    from softeval.sweep_view import print_plan
+    from softeval.sweepfile import parse_sweep
+
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise UserError("--max-parallel must be at least 1")
+    sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track")
+    if args.dry_run:
+        print_plan(Console(), sweep, plan(sweep))
+        return 0
+    result = run_sweep(sweep, address=args.address, max_parallel=args.max_parallel)
+    return 1 if result.failed else 0

@@ -1,0 +1,102 @@
+"""A trained checkpoint series for the series tests: a tiny model pre-trained inside the test on a fact
+table, saved every ``save_every`` steps as ``checkpoint-<step>/`` (``save_pretrained``), and a task file
+that asks for those facts in a format the pre-training text rarely uses.
+
+Why this task tells format and knowledge apart: the corpus states each fact as ``key=value`` on its
+own line; most lines end right after the value, a minority write ``key=value;``. The task's strict
+format is the value followed by ``;`` (``answer_regex: ^(\\d);``), the lenient answer is any digit.
+So the *knowledge* (which digit) is learnt gradually from the corpus, fact by fact, while the
+*format* (the ``;``) is a one-token habit that zero-shot prompting gets from whatever the checkpoint
+happens to prefer after a digit, and that a soft prompt learns in a few steps. Held-out facts (the
+task's test split) are in the corpus too: the soft prompt is tuned on other facts, so it can teach
+the format but not the facts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from tiny import tiny_model, tiny_tokenizer
+
+KEY_LETTERS = "abcdefghijklmnop"
+
+
+def fact_table(n_facts: int = 48, seed: int = 0) -> dict[str, str]:
+    rng = random.Random(seed)
+    table: dict[str, str] = {}
+    while len(table) < n_facts:
+        key = "".join(rng.choice(KEY_LETTERS) for _ in range(3))
+        table.setdefault(key, str(rng.randrange(10)))
+    return table
+
+
+def write_task(folder: Path, table: dict[str, str], n_tune: int = 24) -> Path:
+    """The task file (and its data file) asking for the facts: strict = the digit then ';'."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"fact-{i}", "key": k, "value": v} for i, (k, v) in enumerate(table.items())]
+    (folder / "facts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {
+        "name": "facts", "description": "synthetic fact table: the value digit, then ';'",
+        "data": "facts.jsonl", "fields": ["key", "value"], "answer_field": "value", "id_field": "id",
+        "instruction": "", "prompt": "{{ key }}=", "target": "{{ value }};",
+        "answer_regex": r"^(\d);", "lenient_regex": r"(\d)", "matcher": "exact",
+        "split": {"seed": 1, "n_tune": n_tune}, "stop": ["\n"], "max_new_tokens": 3,
+    }
+    path = folder / "facts.yaml"
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def corpus_batch(table: dict[str, str], rng: random.Random, batch: int, lines: int, semicolon: float) -> list[str]:
+    keys = list(table)
+    texts = []
+    for _ in range(batch):
+        picked = [rng.choice(keys) for _ in range(lines)]
+        texts.append("".join(f"{k}={table[k]}{';' if rng.random() < semicolon else ''}\n" for k in picked))
+    return texts
+
+
+def train_series(folder: Path, table: dict[str, str], steps: int = 400, save_every: int = 100, seed: int = 0,
+                 semicolon: float = 0.45, lr: float = 2e-3, batch: int = 8, lines: int = 4,
+                 hidden: int = 32, layers: int = 2) -> list[Path]:
+    """Pre-train a tiny Llama from scratch on the fact corpus; save ``checkpoint-<step>/`` every
+    ``save_every`` steps (model and tokenizer). Returns the checkpoint folders, in step order.
+
+    One thread: ops this small gain nothing from two, and on a busy machine two spinning threads made
+    the same training 40x slower (measured: 460 s against 11 s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(folder, table, steps, save_every, seed, semicolon, lr, batch, lines, hidden, layers)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(folder, table, steps, save_every, seed, semicolon, lr, batch, lines, hidden, layers) -> list[Path]:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tok = tiny_tokenizer()
+    model = tiny_model(len(tok), seed=seed, layers=layers, hidden=hidden, init_range=0.02)
+    model.requires_grad_(True)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    saved = []
+    for step in range(1, steps + 1):
+        enc = tok(corpus_batch(table, rng, batch, lines, semicolon), return_tensors="pt", padding=True)
+        labels = enc.input_ids.masked_fill(enc.attention_mask == 0, -100)
+        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % save_every == 0:
+            path = folder / f"checkpoint-{step}"
+            model.eval()
+            model.save_pretrained(path)
+            tok.save_pretrained(path)
+            model.train()
+            saved.append(path)
+    return saved

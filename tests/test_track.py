@@ -1,0 +1,84 @@
+"""A series in a sweep: `softeval track` on a tiny model's checkpoints trained in the test session
+(conftest.trained_series), each soft prompt warm-started from the previous checkpoint's."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from softeval.cli import main
+from softeval.errors import UserError
+from softeval.softprompt import adapter_digest
+from softeval.sweepfile import parse_sweep
+
+TRACK = ["--method", "zero-shot,soft-prompt", "--steps", "30", "--warm-steps", "10", "--tokens", "4", "--lr", "0.1",
+         "--curve-every", "10", "--curve-items", "8", "--eval-batch-size", "24"]
+
+
+def _results(out: Path) -> dict[tuple[int, str], dict]:
+    found = {}
+    for path in out.glob("run--checkpoint-*/facts.yaml/*/seed0/results.json"):
+        r = json.loads(path.read_text())
+        found[(r["step"], r["method"])] = r
+    return found
+
+
+def test_track_runs_checkpoints_in_order_warm_started_then_a_rerun_skips_them(ray_cluster, trained_series, tmp_path,
+                                                                             capsys):
+    out = tmp_path / "out"
+    args = ["track", str(trained_series["folder"]), "--task", str(trained_series["task"]), "--out", str(out), *TRACK]
+    assert main(args) == 0
+    results = _results(out)
+    steps = [100, 200, 300, 400]
+    assert sorted(results) == [(s, m) for s in steps for m in ("soft-prompt", "zero-shot")]
+    assert all(r["series"] == "run" for r in results.values())
+    first = results[(100, "soft-prompt")]["tuning"]
+    assert "init_from" not in first and first["steps_run"] == 30
+    for before, step in zip(steps, steps[1:]):
+        tuning = results[(step, "soft-prompt")]["tuning"]
+        source = out / f"run--checkpoint-{before}" / "facts.yaml" / "soft-prompt" / "seed0" / "soft_prompt"
+        assert tuning["init_from"]["sha256"] == adapter_digest(source)  # started from the previous soft prompt
+        assert (tuning["init_from"]["series"], tuning["init_from"]["step"]) == ("run", before)
+        assert tuning["steps_run"] == 10
+    from softeval import index
+
+    rows = index.list_runs(out)
+    assert sorted((r["step"], r["method"]) for r in rows) == sorted(results) and {r["series"] for r in rows} == {"run"}
+    assert (out / "report.html").is_file()
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(args) == 0  # a rerun: every checkpoint finished, nothing runs, no file changes
+    assert "nothing to run" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps
+
+
+def test_series_entries_in_a_sweep_file(trained_series, tmp_path):
+    folder = trained_series["folder"]
+    spec = {"out": "out", "tasks": [str(trained_series["task"])], "methods": ["soft-prompt"], "steps": 8,
+            "models": [{"name": "late", "checkpoints": [{"path": str(folder / "checkpoint-400"), "step": 4},
+                                                       {"path": str(folder / "checkpoint-300"), "step": 3}],
+                        "warm_steps": 2},
+                       {"series": str(folder), "warm_start": "none"}]}
+    sweep = parse_sweep(spec, tmp_path / "s.yaml")
+    labels = [j.model.label for j in sweep.jobs]
+    assert labels == ["late@3", "late@4", "run@100", "run@200", "run@300", "run@400"]
+    late3, late4 = sweep.jobs[:2]
+    assert late4.warm_from is late3 and late4.config.steps == 2 and late3.config.steps == 8
+    assert all(j.warm_from is None for j in sweep.jobs[2:])
+    assert late4.resolved() is None  # the soft prompt it starts from is not written yet
+    for bad, message in [({"series": str(folder), "name": "late"}, "two series are named 'late'"),
+                         ({"series": str(folder), "warm_start": "yes"}, "warm_start must be previous or none"),
+                         ({"series": str(folder), "post_trained": "x"}, "unknown key 'post_trained'"),
+                         ({"series": str(tmp_path)}, "no checkpoint folders")]:
+        with pytest.raises(UserError, match=message):
+            parse_sweep({**spec, "models": [spec["models"][0], bad]}, tmp_path / "s.yaml")
+
+
+def test_track_dry_run_lists_the_checkpoints_in_step_order(trained_series, tmp_path, capsys):
+    assert main(["track", str(trained_series["folder"]), "--task", str(trained_series["task"]), "--out",
+                 str(tmp_path / "out"), "--method", "zero-shot", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    at = [text.index(f"run@{s}") for s in (100, 200, 300, 400)]
+    assert at == sorted(at)
+    assert not (tmp_path / "out").exists()
