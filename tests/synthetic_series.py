@@ -2,12 +2,12 @@
 table, saved every ``save_every`` steps as ``checkpoint-<step>/`` (``save_pretrained``), and a task file
 that asks for those facts in a format the pre-training text rarely uses.
 
-Why this task tells format and knowledge apart: the corpus states each fact as ``key=value`` on its
-own line; most lines end right after the value, a minority write ``key=value;``. The task's strict
-format is the value followed by ``;`` (``answer_regex: ^(\\d);``), the lenient answer is any digit.
-So the *knowledge* (which digit) is learnt gradually from the corpus, fact by fact, while the
-*format* (the ``;``) is a one-token habit that zero-shot prompting gets from whatever the checkpoint
-happens to prefer after a digit, and that a soft prompt learns in a few steps. Held-out facts (the
+Why this task tells format and knowledge apart: the corpus states each fact as a document of its own
+(BOS, the fact, EOS): most as ``key=value``, a minority in another register, ``#key=value;``. The
+task's prompt is ``key=`` and its strict format the value followed by ``;`` (``answer_regex:
+^(\\d);``); the lenient answer is any digit. So the *knowledge* (which digit) is learnt gradually
+from the corpus, fact by fact, while the *format* (the ``;``) is known to the model but tied to a cue
+the prompt lacks: zero-shot output stops after the digit, and a soft prompt learns the cue. Held-out facts (the
 task's test split) are in the corpus too: the soft prompt is tuned on other facts, so it can teach
 the format but not the facts.
 """
@@ -19,7 +19,6 @@ import random
 from pathlib import Path
 
 import torch
-
 from tiny import tiny_model, tiny_tokenizer
 
 KEY_LETTERS = "abcdefghijklmnop"
@@ -51,17 +50,18 @@ def write_task(folder: Path, table: dict[str, str], n_tune: int = 24) -> Path:
     return path
 
 
-def corpus_batch(table: dict[str, str], rng: random.Random, batch: int, lines: int, semicolon: float) -> list[str]:
+def corpus_batch(table: dict[str, str], rng: random.Random, batch: int, cued: float) -> list[str]:
+    """One fact per document. A ``cued`` share is written ``#key=value;`` (a register with its own
+    format), the rest ``key=value``: the format exists in the corpus, tied to a cue the task's prompt lacks."""
     keys = list(table)
-    texts = []
-    for _ in range(batch):
-        picked = [rng.choice(keys) for _ in range(lines)]
-        texts.append("".join(f"{k}={table[k]}{';' if rng.random() < semicolon else ''}\n" for k in picked))
-    return texts
+    docs = []
+    for key in (rng.choice(keys) for _ in range(batch)):
+        docs.append(f"#{key}={table[key]};" if rng.random() < cued else f"{key}={table[key]}")
+    return docs
 
 
 def train_series(folder: Path, table: dict[str, str], steps: int = 400, save_every: int = 100, seed: int = 0,
-                 semicolon: float = 0.45, lr: float = 2e-3, batch: int = 8, lines: int = 4,
+                 cued: float = 0.3, lr: float = 2e-3, batch: int = 32,
                  hidden: int = 32, layers: int = 2) -> list[Path]:
     """Pre-train a tiny Llama from scratch on the fact corpus; save ``checkpoint-<step>/`` every
     ``save_every`` steps (model and tokenizer). Returns the checkpoint folders, in step order.
@@ -71,12 +71,12 @@ def train_series(folder: Path, table: dict[str, str], steps: int = 400, save_eve
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(folder, table, steps, save_every, seed, semicolon, lr, batch, lines, hidden, layers)
+        return _train(folder, table, steps, save_every, seed, cued, lr, batch, hidden, layers)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(folder, table, steps, save_every, seed, semicolon, lr, batch, lines, hidden, layers) -> list[Path]:
+def _train(folder, table, steps, save_every, seed, cued, lr, batch, hidden, layers) -> list[Path]:
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tok = tiny_tokenizer()
@@ -86,9 +86,11 @@ def _train(folder, table, steps, save_every, seed, semicolon, lr, batch, lines, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     saved = []
     for step in range(1, steps + 1):
-        enc = tok(corpus_batch(table, rng, batch, lines, semicolon), return_tensors="pt", padding=True)
-        labels = enc.input_ids.masked_fill(enc.attention_mask == 0, -100)
-        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=labels).loss
+        docs = [tok(text).input_ids + [tok.eos_token_id] for text in corpus_batch(table, rng, batch, cued)]
+        width = max(len(d) for d in docs)
+        ids = torch.tensor([d + [tok.pad_token_id] * (width - len(d)) for d in docs])
+        mask = torch.tensor([[1] * len(d) + [0] * (width - len(d)) for d in docs])
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -82,3 +82,23 @@ def test_older_index_gets_series_columns(tmp_path):
     conn.close()
     [row] = index.list_runs(tmp_path)
     assert (row["series"], row["step"]) == ("r1", 300)
+
+
+def test_series_report_has_a_curve_per_series_and_task(tmp_path):
+    from runfactory import write_run
+
+    from softeval.report import build_report
+
+    for step in (100, 200, 300):
+        for method, k in (("zero-shot", step // 100 % 2), ("soft-prompt", step // 100)):
+            run = write_run(tmp_path, f"r--checkpoint-{step}", "facts", method, [True] * k + [False] * (4 - k),
+                            cloze_correct=[True] * 3 + [False])
+            results = json.loads((run / "results.json").read_text())
+            results.update(series="r", step=step)
+            if method == "soft-prompt":
+                results["tuning"] = {"steps_run": 10, "seconds": 1.0, "init_from": {"step": step - 100}}
+            (run / "results.json").write_text(json.dumps(results))
+    page = build_report(tmp_path, tmp_path / "report.html").read_text()
+    section = page[page.index("Training runs (series)"):]
+    assert "<h3>r · facts</h3>" in section and section.count('<td class="num">300</td>') == 1
+    assert "10 steps, 1s (from step 200)" in section and "data:image/svg+xml" in section

@@ -19,6 +19,7 @@ from softeval.diagnosis import CAUSES, count_causes
 from softeval.index import Run, read_samples
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METHODS, METRICS
+from softeval.report_series import series_section
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -85,6 +86,7 @@ def render(
             _decomposition_section(runs),
             _knowledge_section(runs),
             _curves_section(runs),
+            series_section(runs),
         ]
         if comparison is not None:
             parts.append(_ranking_section(comparison))

@@ -120,8 +120,8 @@ def _connect(address: str | None):
             return ray, True
         src = str(Path(__file__).resolve().parents[1])  # workers import the softeval this driver runs
         env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR, runtime_env={"env_vars": env})
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"join the Ray cluster at {address}" if address else "start Ray on this machine"
         raise UserError(f"could not {where}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}") \
