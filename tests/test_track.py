@@ -59,13 +59,16 @@ def test_series_entries_in_a_sweep_file(trained_series, tmp_path):
             "models": [{"name": "late", "checkpoints": [{"path": str(folder / "checkpoint-400"), "step": 4},
                                                        {"path": str(folder / "checkpoint-300"), "step": 3}],
                         "warm_steps": 2},
-                       {"series": str(folder), "warm_start": "none"}]}
+                       {"series": str(folder), "warm_start": "none"},
+                       {"series": str(folder), "name": "default", "methods": ["soft-prompt"]}]}
     sweep = parse_sweep(spec, tmp_path / "s.yaml")
     labels = [j.model.label for j in sweep.jobs]
-    assert labels == ["late@3", "late@4", "run@100", "run@200", "run@300", "run@400"]
+    assert labels == ["late@3", "late@4", "run@100", "run@200", "run@300", "run@400",
+                      "default@100", "default@200", "default@300", "default@400"]
     late3, late4 = sweep.jobs[:2]
     assert late4.warm_from is late3 and late4.config.steps == 2 and late3.config.steps == 8
-    assert all(j.warm_from is None for j in sweep.jobs[2:])
+    assert all(j.warm_from is None for j in sweep.jobs[2:7])
+    assert [j.config.steps for j in sweep.jobs[6:]] == [8, 3, 3, 3]  # a third of steps, rounded up
     assert late4.resolved() is None  # the soft prompt it starts from is not written yet
     for bad, message in [({"series": str(folder), "name": "late"}, "two series are named 'late'"),
                          ({"series": str(folder), "warm_start": "yes"}, "warm_start must be previous or none"),
@@ -73,6 +76,8 @@ def test_series_entries_in_a_sweep_file(trained_series, tmp_path):
                          ({"series": str(tmp_path)}, "no checkpoint folders")]:
         with pytest.raises(UserError, match=message):
             parse_sweep({**spec, "models": [spec["models"][0], bad]}, tmp_path / "s.yaml")
+    with pytest.raises(UserError, match="two series are named 'run'"):
+        parse_sweep({**spec, "models": [{"series": str(folder)}, {"series": str(folder)}]}, tmp_path / "s.yaml")
 
 
 def test_track_dry_run_lists_the_checkpoints_in_step_order(trained_series, tmp_path, capsys):

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warm-start", choices=["previous", "none"], default="previous",
                    help="previous (default): tune each checkpoint's soft prompt from the previous checkpoint's")
     p.add_argument("--warm-steps", type=int, default=None,
-                   help="tuning steps of a warm-started soft prompt (default: the series default, see docs/sweeps.md)")
+                   help="tuning steps of a warm-started soft prompt (default: a third of --steps, rounded up; "
+                        "see docs/sweeps.md)")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help=f"tuning steps of the first checkpoint (default {C.steps})")
     p.add_argument("--shots", type=int, default=None)

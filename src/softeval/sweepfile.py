@@ -38,6 +38,11 @@ MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *RUN_OPTI
 SERIES_KEYS = {"name", "series", "checkpoints", "warm_start", "warm_steps", "kind", "resources", *LIST_KEYS,
                *RUN_OPTIONS}
 WARM_STARTS = ("previous", "none")
+# A warm-started soft prompt tunes for a third of `steps` (rounded up) unless `warm_steps` says otherwise.
+# Measured on the synthetic trained series (benchmarks/bench_warm_start.py, docs/sweeps.md "Series"):
+# warm starts of 10 steps reached the held-out format and final loss of fresh 30-step starts at every
+# checkpoint; 5 steps reached the format but not the loss.
+WARM_STEPS_FRACTION = 3
 TASK_KEYS = {"name", *LIST_KEYS, *RUN_OPTIONS}
 RESOURCE_KEYS = {"gpus", "cpus", "memory_gb"}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
@@ -66,7 +71,7 @@ class ModelEntry:
     series: str | None = None  # a checkpoint of this series ...
     step: int | None = None  # ... at this step
     warm_start: bool = False  # its soft prompts start from the previous checkpoint's (not for the first)
-    warm_steps: int | None = None  # tuning steps of a warm-started soft prompt (None: `steps`)
+    warm_steps: int | None = None  # tuning steps of a warm-started soft prompt (None: a third of `steps`)
 
     @property
     def queue(self) -> str:
@@ -203,8 +208,8 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None) -> Sweep:
                         key = (model.series, task.name, seed)
                         if model.warm_start and key in previous:
                             job.warm_from = previous[key]
-                            if model.warm_steps is not None:
-                                job.config = replace(config, steps=model.warm_steps)
+                            steps = model.warm_steps or -(-config.steps // WARM_STEPS_FRACTION)
+                            job.config = replace(config, steps=steps)
                         previous[key] = job
                     jobs.append(job)
     _one_writer_per_folder(jobs, where)
