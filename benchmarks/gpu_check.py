@@ -375,7 +375,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     out["long"] = long
     out["ok"] = not long["oom"] and all(v["items_per_s"] > 0 for v in score.values())
     log(f"{name}: long prompts {long}")
-    del lm, model, opt, soft, s
+    lm = model = opt = soft = s = None  # drop the model (not `del`: the closures above name these)
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -136,3 +136,27 @@ def test_softeval_run_treats_a_damaged_finished_run_as_unfinished(tmp_path, caps
     aside = [p for p in run.parent.iterdir() if p.name.startswith(".seed0.damaged")]
     assert len(aside) == 1 and (aside[0] / "results.json").exists()
     assert [r["path"] for r in index.list_runs(tmp_path)] == ["tiny-0/toyformat/zero-shot/seed0"]
+
+
+def test_the_sweeps_finished_check_changes_nothing(tmp_path, monkeypatch):
+    """pipeline.is_finished (the sweep driver's and workers' check, taken without the run lock) must
+    not move a damaged run aside or delete anything: the process holding the lock does that."""
+    from tiny import format_task, tiny_lm
+
+    from softeval import tasks
+    from softeval.errors import UserError
+    from softeval.pipeline import RunConfig, is_finished, run_job
+
+    monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
+    cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path),
+                    eval_batch_size=4, curve_items=4)
+    assert not is_finished(cfg, "zero-shot")
+    run_job(cfg, lm=tiny_lm())
+    run = tmp_path / "tiny-0/toyformat/zero-shot/seed0"
+    assert is_finished(cfg, "zero-shot")
+    with pytest.raises(UserError, match="other settings"):
+        is_finished(RunConfig(**{**cfg.__dict__, "kind": "base"}), "zero-shot")
+    _tear(run, "short")
+    before = sorted(p.name for p in run.parent.iterdir())
+    assert not is_finished(cfg, "zero-shot")
+    assert sorted(p.name for p in run.parent.iterdir()) == before and (run / "results.json").exists()

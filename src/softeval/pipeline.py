@@ -179,9 +179,10 @@ def run_folder(config: RunConfig, method: str) -> tuple[RunFolder, dict]:
 
 def is_finished(config: RunConfig, method: str) -> bool:
     """True when this run is finished with the same identity (``softeval run`` would skip it); a finished
-    run with other settings is a UserError, as it is for ``softeval run``."""
+    run with other settings is a UserError, as it is for ``softeval run``. Changes nothing on disk and
+    takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock."""
     folder, identity = run_folder(config, method)
-    return folder.check(identity, False)
+    return folder.is_finished(identity)
 
 
 def guessed_kind_warning(lm) -> str | None:

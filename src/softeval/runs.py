@@ -150,12 +150,26 @@ class RunFolder:
         if force:
             shutil.rmtree(self.final)
             return False
+        self._refuse_other_settings(done, config)
+        return True
+
+    def is_finished(self, config: dict) -> bool:
+        """``check`` without touching anything (no lock needed: a sweep's driver and workers ask it
+        while another process may be writing the run): True for a finished intact run with this
+        identity, False for none or a damaged one (``check``, under the lock, moves that aside); a
+        finished run with other settings is the same UserError as ``check`` raises."""
+        done, _ = self.finished()
+        if done is None:
+            return False
+        self._refuse_other_settings(done, config)
+        return True
+
+    def _refuse_other_settings(self, done: dict, config: dict) -> None:
         recorded = done.get("config")
         diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
         if diff:
             raise UserError(f"a finished run with other settings is at {self.final} ({'; '.join(diff)}). "
                             "Pass --force to replace it, or --out to write elsewhere.")
-        return True
 
     def start(self, config: dict | None = None) -> Path:
         """The partial folder to write into. A partial folder left by an interrupted run with the same
