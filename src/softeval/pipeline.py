@@ -185,6 +185,11 @@ def is_finished(config: RunConfig, method: str) -> bool:
     return folder.is_finished(identity)
 
 
+def _inside(path: Path, folder: RunFolder) -> bool:
+    path = path.resolve()
+    return any(path.is_relative_to(f.resolve()) for f in (folder.final, folder.partial))
+
+
 def guessed_kind_warning(lm) -> str | None:
     """The warning for a kind guessed from the model's name as base while its tokenizer has a chat
     template: post-trained models have one, and a post-trained model taken as base is scored without
@@ -213,6 +218,10 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
     results = []
     for method in config.methods:
         folder, identity = run_folder(config, method)
+        if method == "soft-prompt" and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
+            raise UserError(f"the soft prompt {config.soft_prompt} belongs to the run {folder.final} that this "
+                            "command would write (and with --force replace): score it into another output "
+                            "root, e.g. --out runs-eval")
         with folder.lock(config.wait, on_wait=lambda who, f=folder: console.print(
                 f"{method}: {f.final} is being written by {describe(who)}; waiting (--wait)", markup=False),
                 on_stale=lambda who: console.print(

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -90,6 +90,7 @@ def now() -> str:
 class RunFolder:
     out: Path
     final: Path
+    replaces: bool = field(default=False, compare=False)  # set by check(force=True): finish replaces the old run
 
     @classmethod
     def at(cls, out: str | Path, model: str, task: str, method: str, seed: int,
@@ -136,7 +137,8 @@ class RunFolder:
 
     def check(self, config: dict, force: bool, log=None) -> bool:
         """True when this run is already finished with the same identity (skip it). A finished run
-        with another identity is an error unless ``force`` (then it is removed). A damaged finished
+        with another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
+        complete). A damaged finished
         run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so."""
         done, damage = self.finished()
         if done is None:
@@ -147,8 +149,8 @@ class RunFolder:
             elif self.final.exists():
                 shutil.rmtree(self.final)
             return False
-        if force:
-            shutil.rmtree(self.final)
+        if force:  # replaced by finish, once the new run is complete: a refused or killed --force keeps it
+            self.replaces = True
             return False
         self._refuse_other_settings(done, config)
         return True
@@ -200,10 +202,16 @@ class RunFolder:
         for scratch in [*folder.glob("tune_state*"), folder / "outputs.jsonl"]:  # resume state, superseded
             scratch.unlink(missing_ok=True)
         write_json(folder / "results.json", results)
+        old = None
         if self.final.exists():  # never rename onto a folder (os.replace would merge into an empty one)
-            raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "
-                            f"{folder}. Is another softeval writing to {self.out} without the run lock?")
+            if not self.replaces:
+                raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "
+                                f"{folder}. Is another softeval writing to {self.out} without the run lock?")
+            old = self.final.with_name(f".{self.final.name}.replaced-{os.getpid()}")
+            os.replace(self.final, old)
         os.replace(folder, self.final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         self.index()
         return self.final
 

@@ -1,0 +1,63 @@
+"""Edges between the run lock, the identity, --force and saved soft prompts, found by using the
+landed features as a hostile user would."""
+
+import json
+
+import pytest
+from tiny import format_task, tiny_lm
+
+from softeval import pipeline, tasks
+from softeval.errors import UserError
+from softeval.pipeline import RunConfig, run_job
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    task = format_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+    return task
+
+
+def _config(out, **kw):
+    base = dict(model="tiny-0", task="toyformat", limit=6, steps=2, shots=1, tokens=4, lr=0.1,
+                out=str(out), curve_every=1, curve_items=4, eval_batch_size=6)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def test_eval_of_a_tuned_soft_prompt_into_its_own_run_is_refused_and_force_keeps_the_tuned_run(toy, tmp_path):
+    """The README's `softeval tune` then `softeval eval --soft-prompt runs/.../soft_prompt` on the same
+    --out: the eval run's folder is the tuned run's. --force used to delete the tuned run (soft prompt
+    included) and then fail to load the soft prompt it had just deleted."""
+    run_job(_config(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
+    run = tmp_path / "tiny-0/toyformat/soft-prompt/seed0"
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for force in (False, True):
+        with pytest.raises(UserError, match="belongs to the run .* --out"):
+            run_job(_config(tmp_path, methods=("soft-prompt",), soft_prompt=str(run / "soft_prompt"),
+                            force=force), lm=tiny_lm())
+        assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert not list(tmp_path.rglob("*.partial"))
+    scored = run_job(_config(tmp_path / "eval", methods=("soft-prompt",), soft_prompt=str(run / "soft_prompt")),
+                     lm=tiny_lm())[0]
+    assert scored["tuning"] == {"loaded_from": str(run / "soft_prompt")}
+
+
+def test_force_replaces_the_finished_run_only_when_the_new_one_is_complete(toy, tmp_path, monkeypatch):
+    """A --force rerun interrupted (Ctrl-C) before it finished used to have deleted the finished run
+    already: now the old run stays until the new one replaces it."""
+    first = run_job(_config(tmp_path, methods=("zero-shot",)), lm=tiny_lm())[0]
+    run = tmp_path / "tiny-0/toyformat/zero-shot/seed0"
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "score_items", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(_config(tmp_path, methods=("zero-shot",), limit=4, force=True), lm=tiny_lm())
+    assert json.loads((run / "results.json").read_text())["finished_at"] == first["finished_at"]
+    monkeypatch.undo()
+    monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
+    forced = run_job(_config(tmp_path, methods=("zero-shot",), limit=4, force=True), lm=tiny_lm())[0]
+    assert forced["n"] == 4 and json.loads((run / "results.json").read_text())["n"] == 4
+    assert [p.name for p in run.parent.iterdir() if p.name.startswith("seed") or "replaced" in p.name] == ["seed0"]
