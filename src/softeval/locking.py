@@ -59,10 +59,13 @@ def file_lock(path: Path, what: str, wait: bool = False,
     details this process wrote: {"pid", "host", "since"}.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     waited = False
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # a process letting go of another lock there removed the empty folder
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,7 +117,28 @@ class RunFolder:
         is told about the dead holder's left-over details. Take it before ``check`` and keep it
         until ``finish`` has returned.
         """
-        return file_lock(self.lock_path, f"run {self.final}", wait=wait, on_wait=on_wait, on_stale=on_stale)
+        return self._locked(file_lock(self.lock_path, f"run {self.final}", wait=wait, on_wait=on_wait,
+                                      on_stale=on_stale))
+
+    @contextmanager
+    def _locked(self, lock):
+        try:
+            with lock as me:
+                yield me
+        finally:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Remove the method, task and model folders that the lock created when nothing else is in
+        them: a command refused (or stopped) before it wrote anything leaves no empty folder that
+        `softeval runs` would list as 'not a run folder'."""
+        folder = self.final.parent
+        while folder != self.out and self.out in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or gone): another run lives there
+                return
+            folder = folder.parent
 
     def finished(self) -> tuple[dict | None, str | None]:
         """(results, None) for a finished intact run, (None, why) for a damaged one (results.json
