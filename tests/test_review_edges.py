@@ -78,3 +78,19 @@ def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_p
     assert list(out.iterdir()) == [] and index.scan(out).skipped == []
     run_job(_config(out, methods=("zero-shot",)), lm=tiny_lm())  # a run beside it keeps its folders
     assert [p.name for p in (out / "tiny-0/toyformat").iterdir()] == ["zero-shot"]
+
+
+def test_every_run_option_says_what_it_does_and_its_default():
+    """`softeval run -h` is where the README sends users for the options: --eval-batch-size had no
+    text at all, and --seed, --curve-every, --curve-items, --method did not say their defaults."""
+    import argparse
+
+    from softeval import cli
+
+    run = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    for action in run._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, action.dest
+        if action.default not in (None, False) and not action.required:
+            assert "default" in action.help, action.dest

