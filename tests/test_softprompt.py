@@ -118,3 +118,18 @@ def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
     assert len(split) > 1  # the Unigram reading prefers short pieces with higher scores
     bpe_from_ranked_unigram(tok)
     assert tok.convert_ids_to_tokens(tok(" capital", add_special_tokens=False).input_ids) == ["▁capital"]
+
+
+def test_one_input_layout_for_plain_and_cached_prefix_inputs(lm):
+    """``layout_inputs`` is the layout of build_inputs and of the engine's shared-prefix path: a
+    suffix after a cached prefix gets the positions it has in the plain ``[pads][soft][prefix][suffix]``."""
+    from softeval.softprompt import layout_inputs
+
+    soft = torch.randn(3, lm.model.get_input_embeddings().embedding_dim)
+    prefix, suffixes = [5, 6, 7, 8], [[9, 10, 11], [12]]
+    plain = build_inputs(lm, [prefix + s for s in suffixes], soft)
+    after = layout_inputs(lm, suffixes, past_mask=torch.ones((2, 3 + len(prefix)), dtype=torch.long))
+    for row, s in enumerate(suffixes):
+        assert plain["position_ids"][row, -len(s):].tolist() == after["position_ids"][row, -len(s):].tolist()
+        assert after["attention_mask"][row].sum() == plain["attention_mask"][row].sum()
+    assert after["inputs_embeds"].shape[1] == 3 and after["attention_mask"].shape[1] == 3 + 4 + 3

@@ -36,7 +36,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from softeval.models import end_of_turn_id
-from softeval.softprompt import build_inputs
+from softeval.softprompt import build_inputs, layout_inputs
 
 Progress = Callable[[int], None] | None
 
@@ -274,19 +274,8 @@ def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -
 
     The attention mask covers prefix and suffix columns (pads 0); position ids count attended
     tokens, so each suffix continues at ``prefix.length`` exactly as it would without pads."""
-    embed = lm.model.get_input_embeddings()
-    device = embed.weight.device
-    width = max(len(s) for s in suffixes)
-    ids = torch.full((len(suffixes), width), lm.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(suffixes), prefix.length + width), dtype=torch.long)
-    mask[:, :prefix.length] = 1
-    for row, seq in enumerate(suffixes):
-        ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
-        mask[row, prefix.length + width - len(seq):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix.length:]
-    return {"inputs_embeds": embed(ids), "attention_mask": mask, "position_ids": positions,
-            "cache": prefix.expanded(len(suffixes))}
+    past = torch.ones((len(suffixes), prefix.length), dtype=torch.long)
+    return {**layout_inputs(lm, suffixes, past_mask=past), "cache": prefix.expanded(len(suffixes))}
 
 
 def _batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
@@ -513,7 +502,6 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
     longest_opt = max((len(o) for opts in options for o in opts), default=0) + 1
     size = _resolve_batch_size(lm, batch_size, max(len(c) for c in contexts) + n_soft + longest_opt,
                                max_batch_size, keep=longest_opt)
-    embed = lm.model.get_input_embeddings()
     for items in _item_batches([len(c) for c in contexts], widths, max(size, max(widths))):
         inputs = _batch_inputs(lm, [heads[i] for i in items], soft, prefix)
         _, out = forward_last(lm, inputs, 1, use_cache=True)
@@ -526,15 +514,7 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
         cache.batch_select_indices(index)
         suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
         width = max(len(x) for x in suffixes)
-        ids = torch.full((len(pairs), width), lm.pad_id, dtype=torch.long)
-        tail = torch.zeros((len(pairs), width), dtype=torch.long)
-        for row, seq in enumerate(suffixes):
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            tail[row, width - len(seq):] = 1
-        full_mask = torch.cat([mask[index], tail.to(mask.device)], dim=1)
-        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, mask.shape[1]:]
-        logits, _ = forward_last(lm, {"inputs_embeds": embed(ids.to(embed.weight.device)),
-                                      "attention_mask": full_mask, "position_ids": positions}, width,
+        logits, _ = forward_last(lm, layout_inputs(lm, suffixes, past_mask=mask[index]), width,
                                  cache=cache)
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         for row, (b, j) in enumerate(pairs):

@@ -195,29 +195,40 @@ def build_inputs(lm, seqs: list[list[int]], soft: torch.Tensor | None) -> dict[s
     """Left-padded model inputs for token sequences, with the soft prompt (if any) before each one.
 
     Returns ``inputs_embeds`` [B, T, H], ``attention_mask`` [B, T] and ``position_ids`` [B, T]
-    (positions count only attended tokens, so pads shift nothing).
+    (positions count only attended tokens, so pads shift nothing). See ``layout_inputs``.
     """
+    return layout_inputs(lm, seqs, soft)
+
+
+def layout_inputs(lm, seqs, soft: torch.Tensor | None = None,
+                  past_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The one input layout: ``[pads][soft prompt][tokens]`` per row, attention mask 0 on the pads,
+    position ids counted from the mask (so a padded row reads exactly as it would alone).
+
+    ``past_mask`` [B, P]: the rows continue P cached columns (a shared prefix with the soft prompt
+    in it, an item's context); the new columns are ``[pads][tokens]`` (the soft prompt is already
+    in the cache), the returned mask covers cached and new columns, and positions continue from
+    the cached ones."""
     embed = lm.model.get_input_embeddings()
     device = embed.weight.device
-    n_soft = 0 if soft is None else soft.shape[0]
-    width = max(len(s) for s in seqs) + n_soft
-    ids = torch.full((len(seqs), width - n_soft), lm.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    n_soft = 0 if soft is None or past_mask is not None else soft.shape[0]
+    longest = max(len(s) for s in seqs)
+    pads = [longest - len(s) for s in seqs]
+    ids = torch.full((len(seqs), longest), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n_soft + longest), dtype=torch.long)
     for row, seq in enumerate(seqs):
-        if seq:
-            ids[row, width - n_soft - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - n_soft - len(seq):] = 1
+        if len(seq):
+            ids[row, pads[row]:] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, pads[row]:] = 1
     ids, mask = ids.to(device), mask.to(device)
-    token_embeds = embed(ids)
-    if soft is not None:
-        # Soft prompt goes right before the first real token, after the pads.
-        parts = []
-        for row, seq in enumerate(seqs):
-            pads = width - n_soft - len(seq)
-            parts.append(torch.cat([token_embeds[row, :pads], soft.to(token_embeds),
-                                    token_embeds[row, pads:]], dim=0))
-        inputs = torch.stack(parts)
-    else:
-        inputs = token_embeds
+    embeds = embed(ids)
+    if n_soft:  # the soft prompt goes right before the first real token, after the pads
+        soft = soft.to(embeds)
+        embeds = torch.stack([torch.cat([embeds[row, :p], soft, embeds[row, p:]], dim=0)
+                              for row, p in enumerate(pads)])
+    if past_mask is not None:
+        mask = torch.cat([past_mask.to(device=device, dtype=mask.dtype), mask], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return {"inputs_embeds": inputs, "attention_mask": mask, "position_ids": positions}
+    if past_mask is not None:
+        positions = positions[:, past_mask.shape[1]:]
+    return {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions}
