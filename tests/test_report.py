@@ -92,5 +92,6 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
 
     dom = _chromium(["--dump-dom", report.as_uri()], tmp_path)
     assert _console_messages(dom.stderr) == []
-    assert len(CHART.findall(dom.stdout)) == 4
+    # format vs accuracy, knowledge vs format, cloze reference, failure causes, learning curves, rank scatter
+    assert len(CHART.findall(dom.stdout)) == 6
     assert dom.stdout.count("<table") >= 3
