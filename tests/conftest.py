@@ -30,6 +30,18 @@ def lm():
     return tiny_lm()
 
 
+@pytest.fixture
+def toy(monkeypatch):
+    """The tiny format task (tests/tiny.py) registered as a task for one test."""
+    from tiny import format_task
+
+    from softeval import tasks
+
+    task = format_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+    return task
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for every sweep test (2 CPUs, no dashboard): starting one takes seconds.

@@ -5,18 +5,11 @@ import json
 
 import pytest
 from rich.console import Console
-from tiny import format_task, tiny_lm
+from tiny import tiny_lm
 
-from softeval import cli, tasks
+from softeval import cli
 from softeval.errors import UserError
 from softeval.pipeline import RunConfig, run_job
-
-
-@pytest.fixture
-def toy(monkeypatch):
-    task = format_task()
-    monkeypatch.setitem(tasks.TASKS, task.name, task)
-    return task
 
 
 def _config(out, **kw):

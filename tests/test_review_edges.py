@@ -11,13 +11,6 @@ from softeval.errors import UserError
 from softeval.pipeline import RunConfig, run_job
 
 
-@pytest.fixture
-def toy(monkeypatch):
-    task = format_task()
-    monkeypatch.setitem(tasks.TASKS, task.name, task)
-    return task
-
-
 def _config(out, **kw):
     base = dict(model="tiny-0", task="toyformat", limit=6, steps=2, shots=1, tokens=4, lr=0.1,
                 out=str(out), curve_every=1, curve_items=4, eval_batch_size=6)

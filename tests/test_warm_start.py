@@ -6,20 +6,12 @@ import shutil
 
 import pytest
 import torch
-from tiny import format_task, tiny_lm
+from tiny import tiny_lm
 
-from softeval import tasks
 from softeval.cli import main
 from softeval.errors import UserError
 from softeval.pipeline import RunConfig, run_job
 from softeval.softprompt import SoftPrompt, adapter_digest
-
-
-@pytest.fixture
-def toy(monkeypatch):
-    task = format_task()
-    monkeypatch.setitem(tasks.TASKS, task.name, task)
-    return task
 
 
 def _config(out, **kw):
