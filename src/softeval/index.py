@@ -277,13 +277,12 @@ FOLDER_COLUMNS = {"top_answer": top_answer, "model_kind_source": lambda results:
 COLUMN_TYPES = {"step": "INTEGER"}
 
 
-def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written before a column of ``FOLDER_COLUMNS`` existed gets it, filled from the run
-    folders, in one transaction (a second process doing the same waits, then finds it there). ``stamp``
-    is left empty, so the next listing checks each run's files once."""
+def _add_missing_columns(conn: sqlite3.Connection, wanted, column_type, fill) -> None:
+    """Add the columns of ``wanted`` that an older index lacks, and ``fill(new_names)`` them, in one
+    transaction (a second process doing the same waits, then finds them there)."""
     def missing() -> list[str]:
         have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        return [c for c in FOLDER_COLUMNS if c not in have]
+        return [c for c in wanted if c not in have]
 
     if not missing():
         return
@@ -291,7 +290,18 @@ def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
     try:
         new = missing()
         for name in new:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {COLUMN_TYPES.get(name, 'TEXT')}")
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {column_type(name)}")
+        fill(new)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
+    """An index written before a column of ``FOLDER_COLUMNS`` existed gets it, filled from the run
+    folders. ``stamp`` is left empty, so the next listing checks each run's files once."""
+    def fill(new: list[str]) -> None:
         filled = [name for name in new if FOLDER_COLUMNS[name]]
         for (path,) in conn.execute("SELECT path FROM runs").fetchall() if filled else []:
             try:
@@ -300,34 +310,20 @@ def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
                 continue  # folder gone or broken: the next listing drops it
             conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in filled)} WHERE path = ?",
                          (*[FOLDER_COLUMNS[n](results) for n in filled], path))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+
+    _add_missing_columns(conn, FOLDER_COLUMNS, lambda name: COLUMN_TYPES.get(name, "TEXT"), fill)
 
 
 def _add_metric_columns(conn: sqlite3.Connection) -> None:
     """An index written before a metric column existed gets it, filled from ``metrics_json`` (old
-    names read under today's): one transaction, a second process finds the columns there."""
-    def missing() -> list[str]:
-        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        return [m for m in METRICS if m not in have]
-
-    if not missing():
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        new = missing()
-        for name in new:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} REAL")
+    names read under today's)."""
+    def fill(new: list[str]) -> None:
         for path, metrics_json in conn.execute("SELECT path, metrics_json FROM runs").fetchall():
             metrics = upgrade_results({"metrics": json.loads(metrics_json)})["metrics"]
             values = [(metrics.get(name) or {}).get("value") for name in new]
             conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in new)} WHERE path = ?", (*values, path))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+
+    _add_missing_columns(conn, METRICS, lambda name: "REAL", fill)
 
 
 @contextmanager
