@@ -100,3 +100,66 @@ def test_batches_are_seeded_epochs():
     assert plan == batches(10, 4, 5, seed=1) and plan != batches(10, 4, 5, seed=2)
     flat = [i for b in plan for i in b]
     assert sorted(flat[:10]) == list(range(10))  # every item once per epoch
+
+
+def _pt(step, loss, fmt):
+    return {"step": step, "loss": None, "format_rate": fmt, "accuracy": 0.0, "held_out_loss": loss}
+
+
+def test_plateau_needs_two_points_after_step_zero_and_no_progress():
+    from softeval.tune import plateau
+
+    flat = [_pt(0, 2.0, 0.0), _pt(10, 1.0, 1.0), _pt(20, 0.995, 1.0)]
+    assert not plateau(flat[:2], 16)  # step 10 is too early, whatever it shows
+    assert plateau(flat, 16)  # loss within 1% of the best earlier point, format unchanged
+    assert not plateau(flat[:2] + [_pt(20, 0.98, 1.0)], 16)  # 2% lower: still learning
+    assert not plateau(flat[:2] + [_pt(20, 1.0, 0.5)], 16)  # format moved by more than one item
+    assert plateau(flat[:2] + [_pt(20, 1.0, 1 - 1 / 16)], 16)  # one item is noise
+    assert not plateau([{**p, "held_out_loss": None} for p in flat], 16)  # no held-out loss: never
+
+
+def test_early_stop_records_its_step_and_equals_the_full_run_up_to_it(lm):
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    # A learning rate too small to move anything: the held-out slice is flat from the start.
+    base = dict(num_tokens=4, steps=60, batch_size=8, lr=1e-7, curve_every=10, curve_items=8)
+    early = tune(lm, prompter, items[8:], items[:8], TuneConfig(**base, early_stop=True))
+    full = tune(lm, prompter, items[8:], items[:8], TuneConfig(**base))
+    assert early.early_stop_step == 20 and early.steps_run == 20  # the first step it may stop at
+    assert early.summary()["early_stop_step"] == 20 and full.summary()["early_stop_step"] is None
+    assert [p["step"] for p in early.curve if p["format_rate"] is not None] == [0, 10, 20]
+    assert all(p["held_out_loss"] > 0 for p in early.curve if p["format_rate"] is not None)
+    assert "held_out_loss" not in full.curve[-1]  # only computed when early stop is on
+    # Same seeded batches: the stopped run is the full run's trajectory cut at that step.
+    assert [p["loss"] for p in early.curve] == [p["loss"] for p in full.curve][:21]
+    assert full.steps_run == 60
+    # Still learning (a real learning rate on the toy task): no stop before the end.
+    learning = tune(lm, prompter, items[8:], items[:8], TuneConfig(**{**base, "lr": 0.1, "steps": 30}, early_stop=True))
+    assert learning.early_stop_step is None and learning.steps_run == 30
+
+
+def test_early_stop_resumes_as_stopped(lm, tmp_path):
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=4, steps=60, batch_size=8, lr=1e-7, curve_every=10, curve_items=8, early_stop=True)
+
+    def killed_after_the_stop(point):
+        if point["step"] == 20:
+            raise KeyboardInterrupt  # the checkpoint of step 20 (the stop) is on disk
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(lm, prompter, items[8:], items[:8], cfg, checkpoint=tmp_path, on_step=killed_after_the_stop)
+    resumed = tune(lm, prompter, items[8:], items[:8], cfg, checkpoint=tmp_path)
+    assert resumed.early_stop_step == 20 and resumed.steps_run == 20
+
+
+def test_held_out_loss_equals_the_tuning_loss_without_gradients(lm):
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune[:5]
+    prompts, targets = [prompter.ids(e, "soft-prompt") for e in items], [prompter.target_ids(e) for e in items]
+    soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.01
+    expected = float(engine.target_loss(lm, prompts, targets, soft))
+    assert engine.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(expected, rel=1e-5)

@@ -57,6 +57,9 @@ def _add_tuning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point (default %(default)s)")
     p.add_argument("--length-group", type=int, default=C.length_group,
                    help="regroup each window of this many tuning batches by length, less padding (default 1: off)")
+    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=C.early_stop,
+                   help="stop tuning at a curve point once the held-out slice's loss and format_rate have "
+                        "plateaued; the step is recorded (default: %(default)s)")
 
 
 class Parser(argparse.ArgumentParser):

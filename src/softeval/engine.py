@@ -644,15 +644,29 @@ def target_loss_backward(lm, prompts: Sequence[list[int]], targets: Sequence[lis
     """``target_loss(...).backward()`` done in several forward/backward passes that each fit the
     memory budget: gradients accumulate into ``soft.grad`` and equal those of the whole batch at
     once (each pass is weighted by its share of the batch's target tokens). Returns the loss."""
-    budget = max_pass_tokens or tuning_pass_tokens(lm)
-    total = sum(len(t) for t in targets)
     loss = 0.0
-    for rows in tuning_passes([len(p) + len(t) for p, t in zip(prompts, targets)], budget):
-        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft)
-        part = part * (sum(len(targets[r]) for r in rows) / total)
+    for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
         part.backward()
         loss += float(part.detach())
     return loss
+
+
+@torch.no_grad()
+def target_loss_value(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor | None,
+                      max_pass_tokens: int | None = None) -> float:
+    """The mean target cross-entropy of ``target_loss`` without gradients, in passes that fit memory
+    (the held-out loss of a tuning curve point)."""
+    return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens))
+
+
+def _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
+    """``target_loss`` of each pass of a batch, weighted by its share of the batch's target tokens
+    (the parts sum to the loss of the whole batch)."""
+    budget = max_pass_tokens or tuning_pass_tokens(lm)
+    total = sum(len(t) for t in targets)
+    for rows in tuning_passes([len(p) + len(t) for p, t in zip(prompts, targets)], budget):
+        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft)
+        yield part * (sum(len(targets[r]) for r in rows) / total)
 
 
 def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,

@@ -70,6 +70,7 @@ class RunConfig:
     curve_every: int = 10
     curve_items: int = 16
     length_group: int = 1
+    early_stop: bool = False  # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
     device: str = "auto"
     dtype: str = "auto"
     kind: str | None = None
@@ -401,7 +402,7 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     cfg, console = job.config, job.console
     tcfg = TuneConfig(num_tokens=cfg.tokens, init=cfg.init, steps=cfg.steps, batch_size=cfg.batch_size,
                       lr=cfg.lr, seed=cfg.seed, curve_every=cfg.curve_every, curve_items=cfg.curve_items,
-                      length_group=cfg.length_group,
+                      length_group=cfg.length_group, early_stop=cfg.early_stop,
                       eval_batch_size=cfg.eval_batch_size)
     with progress_bar(console) as bar:
         bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)
@@ -419,6 +420,9 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     summary = result.summary()
     if init_record(cfg.init) is not None:
         summary["init_from"] = init_record(cfg.init)  # the warm start: source folder, digest, what it was tuned on
+    if result.early_stop_step is not None:
+        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice's loss and "
+                      "format_rate have plateaued")
     console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {result.final_loss}; "
                   f"format_rate >= 0.9 first at step {summary['format_0.9_step']}")
     return result.soft, summary, result.curve

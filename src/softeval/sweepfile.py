@@ -29,6 +29,7 @@ RUN_OPTIONS: dict[str, tuple[type, ...]] = {
     "limit": (int, type(None)), "steps": (int,), "shots": (int,), "tokens": (int,), "lr": (float, int),
     "init": (str,), "source": (str,), "chat_template": (str,), "batch_size": (int,),
     "eval_batch_size": (int,), "curve_every": (int,), "curve_items": (int,), "length_group": (int,),
+    "early_stop": (bool,), "permutations": (int,),
     "device": (str,), "dtype": (str,), "skip_bad_rows": (bool,), "wait": (bool,),
 }
 LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task

@@ -46,6 +46,10 @@ class TuneConfig:
     # Padded tokens per forward pass: a batch is split into passes that fit memory (shortest rows
     # together), gradients accumulated; the same gradient as one pass. 0 = from the memory budget.
     pass_tokens: int = 0
+    # Stop at a curve point once the held-out slice has plateaued (``plateau``): its target loss did
+    # not improve on the best earlier point by EARLY_STOP_MIN_DELTA (relative) and its format_rate
+    # did not move. Every curve point then also records ``held_out_loss``.
+    early_stop: bool = False
 
 
 @dataclass
@@ -58,13 +62,36 @@ class TuneResult:
     seconds: float  # tuning time over every process that worked on it (a resumed run adds its earlier ones)
     config: dict = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)  # steps a run resumed from a checkpoint at
+    early_stop_step: int | None = None  # the step an early stop (TuneConfig.early_stop) ended tuning at
 
     def summary(self) -> dict:
         return {
             "steps_run": self.steps_run, "final_loss": self.final_loss, "stopped_early": self.stopped_early,
             "format_0.9_step": first_step_reaching(self.curve, "format_rate", 0.9),
-            "seconds": round(self.seconds, 2), "resumed_at_steps": self.resumed_at, **self.config,
+            "seconds": round(self.seconds, 2), "resumed_at_steps": self.resumed_at,
+            "early_stop_step": self.early_stop_step, **self.config,
         }
+
+
+# Early stop: the relative held-out loss improvement that still counts as learning, and the fewest
+# curve points after step 0 (with curve_every 10: no stop before step 20). BENCHMARKS.md
+# ("Early stop") shows the scored results it gives next to the full 80 steps.
+EARLY_STOP_MIN_DELTA = 0.01
+EARLY_STOP_MIN_POINTS = 2
+
+
+def plateau(curve: list[dict], n_items: int) -> bool:
+    """Has tuning plateaued at the last curve point? Its held-out loss is not below the best earlier
+    point's by more than EARLY_STOP_MIN_DELTA (relative), and its held-out format_rate is within one
+    item of the previous point's (format is no longer being learned)."""
+    points = [p for p in curve if p.get("held_out_loss") is not None]
+    if len(points) < EARLY_STOP_MIN_POINTS + 1:
+        return False
+    last, earlier = points[-1], points[:-1]
+    best = min(p["held_out_loss"] for p in earlier)
+    still_learning = last["held_out_loss"] < best * (1 - EARLY_STOP_MIN_DELTA)
+    format_moved = abs(last["format_rate"] - earlier[-1]["format_rate"]) > 1 / max(1, n_items) + 1e-9
+    return not still_learning and not format_moved
 
 
 def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -82,13 +109,18 @@ def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[i
     return out
 
 
-def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_size: int) -> dict:
+def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_size: int,
+                held_out_loss: bool = False) -> dict:
     task = prompter.task
-    outputs = engine.generate(lm, [prompter.ids(e, "soft-prompt") for e in items], soft=soft,
-                              max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+    prompts = [prompter.ids(e, "soft-prompt") for e in items]
+    outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                              batch_size=batch_size)
     scored = [score_output(task, e, o) for e, o in zip(items, outputs)]
-    return {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
-            "accuracy": sum(s["correct"] for s in scored) / len(scored)}
+    point = {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
+             "accuracy": sum(s["correct"] for s in scored) / len(scored)}
+    if held_out_loss:
+        point["held_out_loss"] = engine.target_loss_value(lm, prompts, [prompter.target_ids(e) for e in items], soft)
+    return point
 
 
 def tune(lm, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
@@ -113,7 +145,7 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         plan = engine.length_grouped(plan, lambda i: len(prompts[i][0]) + len(prompts[i][1]),
                                      config.length_group, config.seed)
     curve: list[dict] = []
-    step, last_loss, stopped = 0, None, None
+    step, last_loss, stopped, early = 0, None, None, None
     earlier_seconds, resumed_at = 0.0, []
     identity = {"run": identity, "tune": asdict(config),
                 "items": hashlib.sha256("\n".join(e.id for e in train + curve_items).encode()).hexdigest()}
@@ -123,8 +155,10 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
     if step == 0 and config.curve_every and curve_items:
         curve.append({"step": 0, "loss": None, **curve_point(lm, prompter, curve_items, soft.weight.detach(),
-                                                             config.eval_batch_size)})
-    while step < config.steps:
+                                                             config.eval_batch_size, config.early_stop)})
+    if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
+        early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
+    while step < config.steps and early is None:
         batch = plan[step]
         for i in batch:
             if i not in prompts:
@@ -145,7 +179,10 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         last_loss = loss
         point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
         if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
-            point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size))
+            point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size,
+                                     config.early_stop))
+            if config.early_stop and step < config.steps and plateau(curve + [point], len(curve_items)):
+                early = step
             if checkpoint:
                 ckpt.save(checkpoint, soft.weight, optimizer, identity,
                           {"step": step, "loss": last_loss, "curve": curve + [point],
@@ -154,7 +191,7 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         if on_step:
             on_step(point)
     return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
-                      stopped, earlier_seconds + time.time() - started, asdict(config), resumed_at)
+                      stopped, earlier_seconds + time.time() - started, asdict(config), resumed_at, early)
 
 
 def _stderr(message: str) -> None:
