@@ -146,6 +146,29 @@ def test_grouped_option_scoring_equals_one_sequence_per_option():
                                torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
 
 
+def test_grouped_option_scoring_with_options_of_very_different_lengths():
+    # One batch's option rows split into groups of similar length, each with its own cache rows.
+    lm = tiny_lm(seed=3, init_range=0.5)
+    tok = lambda t, s=False: lm.tokenizer(t, add_special_tokens=s).input_ids
+    contexts = [tok("Question: which?\nAnswer:", True), tok("Q: two\nAnswer:", True)]
+    options = [[tok(" a"), tok(" " + "long option text " * 6), tok(" bc")],
+               [tok(" " + "medium words " * 3), tok(" d"), tok(" " + "x y " * 12)]]
+    assert len(engine.padding_groups([len(o) + 1 for opts in options for o in opts])) > 1
+    grouped = engine.grouped_option_logprobs(lm, contexts, options, batch_size=16)
+    plain = engine.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
+    torch.testing.assert_close(torch.tensor([x for r in grouped for x in r]),
+                               torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
+
+
+def test_padding_groups_bound_the_padding_and_keep_every_row():
+    lengths = [1, 50, 2, 48, 3, 1, 25]
+    groups = engine.padding_groups(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 1.25 * sum(lengths[i] for i in g)
+    assert engine.padding_groups([4, 4, 4]) == [[0, 1, 2]]
+
+
 def test_boolq_cloze_scores_yes_and_no():
     from softeval.tasks.boolq import TASK
 

@@ -27,6 +27,8 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
 
 from __future__ import annotations
 
+import copy
+
 import functools
 import inspect
 import weakref
@@ -468,6 +470,22 @@ def grouped_usable(lm, contexts: Sequence[list[int]], options: Sequence[Sequence
     return bool(window) and n_soft + longest < int(window)
 
 
+def padding_groups(lengths: Sequence[int], max_ratio: float = 1.25) -> list[list[int]]:
+    """Rows (indices) cut into groups, longest first, so that each group's padded tokens (rows x its
+    longest row) stay within ``max_ratio`` of its real ones (a row that alone breaks that starts a
+    new group)."""
+    groups: list[list[int]] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_ratio * (real + lengths[i]):
+            groups[-1].append(i)
+            real += lengths[i]
+        else:
+            groups.append([i])
+            real = lengths[i]
+    return groups
+
+
 def _item_batches(lengths: Sequence[int], widths: Sequence[int], rows: int) -> list[list[int]]:
     """Items (longest first) packed into batches of at most ``rows`` option rows (at least one item)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -509,20 +527,26 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
         pairs = [(b, j) for b, i in enumerate(items) for j in range(len(options[i]))]
         if not pairs:
             continue
-        index = torch.tensor([b for b, _ in pairs], device=mask.device)
         cache = output_cache(out)
-        cache.batch_select_indices(index)
         suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
-        width = max(len(x) for x in suffixes)
-        logits, _ = forward_last(lm, layout_inputs(lm, suffixes, past_mask=mask[index]), width,
-                                 cache=cache)
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        for row, (b, j) in enumerate(pairs):
-            cont = list(options[items[b]][j])
-            if cont:
-                span = logp[row, width - 1 - len(cont):]
-                picked = span.gather(-1, torch.tensor(cont, device=span.device)[:, None])
-                scores[items[b]][j] = float(picked.sum())
+        groups = padding_groups([len(x) for x in suffixes])
+        for g, rows in enumerate(groups):
+            # Option rows of similar length together (MMLU options run from 1 to 50+ tokens): each group
+            # pads only to its own longest row; each gets its items' context cache rows.
+            part = cache if g == len(groups) - 1 else copy.deepcopy(cache)
+            index = torch.tensor([pairs[r][0] for r in rows], device=mask.device)
+            part.batch_select_indices(index)
+            width = max(len(suffixes[r]) for r in rows)
+            logits, _ = forward_last(lm, layout_inputs(lm, [suffixes[r] for r in rows], past_mask=mask[index]),
+                                     width, cache=part)
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            for slot, r in enumerate(rows):
+                b, j = pairs[r]
+                cont = list(options[items[b]][j])
+                if cont:
+                    span = logp[slot, width - 1 - len(cont):]
+                    picked = span.gather(-1, torch.tensor(cont, device=span.device)[:, None])
+                    scores[items[b]][j] = float(picked.sum())
         if progress:
             progress(len(items))
     return scores
