@@ -145,7 +145,7 @@ def _kill_when(path: Path, pid_box: dict, sig=signal.SIGKILL) -> threading.Threa
 
 def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cluster, assets, tmp_path):
     folder, models, tasks = assets
-    long = {**SMALL, "steps": 40, "curve_every": 2}
+    long = {**SMALL, "steps": 40, "curve_every": 2, "early_stop": False}  # every step, to be killed mid-way
     spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
             "tasks": [str(folder / tasks[0])], "methods": ["soft-prompt"], **long}
     sweep = load_sweep(write_sweep(tmp_path, spec))

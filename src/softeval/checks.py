@@ -129,9 +129,6 @@ def check_config(cfg, model_given: bool = False) -> None:
         if value is not None or key != "limit":
             check_int(key, value)
     check_lr(cfg.lr)
-    if cfg.early_stop and "soft-prompt" in cfg.methods and cfg.soft_prompt is None and cfg.curve_items == 0:
-        raise UserError("--early-stop decides on the held-out curve points: use --curve-items 1 or more "
-                        "(default 16), or --no-early-stop")
     check_init(cfg.init, cfg.tokens)
     if cfg.chat_template not in ("auto", "on", "off"):
         raise UserError(f"unknown --chat-template {cfg.chat_template!r}: use auto, on or off")

@@ -28,7 +28,6 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
 from __future__ import annotations
 
 import copy
-
 import functools
 import inspect
 import weakref

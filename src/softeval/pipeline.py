@@ -70,7 +70,7 @@ class RunConfig:
     curve_every: int = 10
     curve_items: int = 16
     length_group: int = 1
-    early_stop: bool = False  # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
+    early_stop: bool = True  # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
     device: str = "auto"
     dtype: str = "auto"
     kind: str | None = None
