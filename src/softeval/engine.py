@@ -473,32 +473,25 @@ def padding_groups(lengths: Sequence[int], max_ratio: float = 1.25) -> list[list
     """Rows (indices) cut into groups, longest first, so that each group's padded tokens (rows x its
     longest row) stay within ``max_ratio`` of its real ones (a row that alone breaks that starts a
     new group)."""
+    return _pack(sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)),
+                 lambda g, i: (len(g) + 1) * lengths[g[0]] <= max_ratio * (sum(lengths[j] for j in g) + lengths[i]))
+
+
+def _pack(order: Sequence[int], fits: Callable[[list[int], int], bool]) -> list[list[int]]:
+    """Indices in ``order`` cut greedily into groups: each joins the current group when ``fits(group,
+    index)``, else starts a new one (every group holds at least one index)."""
     groups: list[list[int]] = []
-    real = 0
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_ratio * (real + lengths[i]):
+    for i in order:
+        if groups and fits(groups[-1], i):
             groups[-1].append(i)
-            real += lengths[i]
         else:
             groups.append([i])
-            real = lengths[i]
     return groups
-
 
 def _item_batches(lengths: Sequence[int], widths: Sequence[int], rows: int) -> list[list[int]]:
     """Items (longest first) packed into batches of at most ``rows`` option rows (at least one item)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    used = 0
-    for i in order:
-        if batches and used + widths[i] <= rows:
-            batches[-1].append(i)
-            used += widths[i]
-        else:
-            batches.append([i])
-            used = widths[i]
-    return batches
-
+    return _pack(sorted(range(len(lengths)), key=lambda i: -lengths[i]),
+                 lambda g, i: sum(widths[j] for j in g) + widths[i] <= rows)
 
 @torch.no_grad()
 def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
@@ -639,15 +632,8 @@ def tuning_passes(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Split one tuning batch into forward passes of at most ``max_tokens`` padded tokens (rows x
     longest row; a single longer row gets a pass of its own). Rows are taken shortest first, so
     each pass pads only to rows of similar length."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    passes: list[list[int]] = []
-    for i in order:
-        if passes and (len(passes[-1]) + 1) * lengths[i] <= max_tokens:
-            passes[-1].append(i)
-        else:
-            passes.append([i])
-    return passes
-
+    return _pack(sorted(range(len(lengths)), key=lambda i: (lengths[i], i)),
+                 lambda g, i: (len(g) + 1) * lengths[i] <= max_tokens)
 
 # Memory one tuning forward pass may hold on CPU (activations kept for backward); on CUDA a
 # fraction of the free device memory.
