@@ -29,6 +29,22 @@ def test_run_table_shows_the_top_answer(capsys):
     assert "top answer" in out and "46/50" in out and "none" in out and "30/50" in out
 
 
+def test_run_table_is_whole_in_a_log_file(capsys):
+    """Output to a pipe or file (no terminal width): every metric column and its interval is printed
+    on one line each, none cut at 80 columns."""
+    from softeval.cli import SHORT, print_table
+    from softeval.protocol import METRICS
+
+    metric = {"value": 0.32, "ci_low": 0.21, "ci_high": 0.46, "n": 50}
+    result = {"model": "some-long-model-name", "model_kind": "base", "task": "mmlu", "n": 50, "method": "soft-prompt",
+              "metrics": dict.fromkeys(METRICS, metric), "answers": {"strict": [["B", 46]], "gold": [["B", 15]]}}
+    print_table([result])
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "method" in line)
+    assert all(SHORT[m] in header for m in METRICS) and "top answer" in header
+    assert sum(line.count("[0.21, 0.46]") for line in lines) == len(METRICS)
+
+
 def test_wilson_bounds_are_exact_at_none_and_all():
     none, every = proportion([False] * 50), proportion([True] * 50)
     assert none["ci_low"] == 0.0 and every["ci_high"] == 1.0

@@ -86,8 +86,11 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
 
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods"} | {"method"}
-    assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY)
+    assert set(identity_of(config.options("soft-prompt"))) == every - set(NOT_IDENTITY) - {"shots"}
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step"}  # series, step: labels of the model
+    tuning = {"steps", "lr", "init", "curve_every", "length_group", "early_stop", "soft_prompt"}
+    assert set(identity_of(config.options("few-shot"))) == every - set(NOT_IDENTITY) - tuning
+    assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY) - tuning - {"shots"}
     # Output root, --force, --wait: the same run, found and skipped.
     first = run_job(config, lm=tiny_lm())[0]
     moved = tmp_path / "moved"
@@ -103,10 +106,58 @@ def test_a_finished_run_without_a_recorded_option_is_another_run_and_says_why(to
     run_job(_toy(tmp_path), lm=tiny_lm())
     path = tmp_path / "tiny-0/toyformat/zero-shot/seed0/results.json"
     results = json.loads(path.read_text())
-    del results["config"]["length_group"]  # as written by a softeval that did not have the option
+    del results["config"]["eval_batch_size"]  # as written by a softeval that did not have the option
     path.write_text(json.dumps(results))
-    with pytest.raises(UserError, match=r"length_group: not recorded -> 1.*--force"):
+    with pytest.raises(UserError, match=r"eval_batch_size: not recorded -> 3.*--force"):
         run_job(_toy(tmp_path), lm=tiny_lm())
+
+
+def test_a_run_from_before_early_stop_is_an_every_step_run(toy, tmp_path):
+    """Runs made before --early-stop and --permutations existed ran every step without permutations:
+    they are that run (skipped with --no-early-stop), and another one for the new default."""
+    from softeval.errors import UserError
+
+    first = run_job(_toy(tmp_path, methods=("soft-prompt",), early_stop=False), lm=tiny_lm())[0]
+    path = tmp_path / "tiny-0/toyformat/soft-prompt/seed0/results.json"
+    results = json.loads(path.read_text())
+    del results["config"]["early_stop"], results["config"]["permutations"]
+    path.write_text(json.dumps(results))
+    again = run_job(_toy(tmp_path, methods=("soft-prompt",), early_stop=False), lm=tiny_lm())[0]
+    assert again["finished_at"] == first["finished_at"]
+    with pytest.raises(UserError, match=r"other settings.*early_stop: False -> True"):
+        run_job(_toy(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
+
+
+def test_options_a_method_does_not_read_do_not_make_its_run_another(toy, tmp_path):
+    """New tuning settings or another --shots leave a finished zero-shot run finished (it read neither);
+    the methods that read them are run again or refused."""
+    from softeval.errors import UserError
+
+    first = run_job(_toy(tmp_path, methods=("zero-shot", "few-shot")), lm=tiny_lm())
+    other = dict(steps=6, lr=0.2, init="random", curve_every=3, length_group=2, early_stop=False)
+    again = run_job(_toy(tmp_path, methods=("zero-shot", "few-shot"), **other), lm=tiny_lm())
+    assert [r["finished_at"] for r in again] == [r["finished_at"] for r in first]
+    zero = run_job(_toy(tmp_path, methods=("zero-shot",), shots=2), lm=tiny_lm())[0]
+    assert zero["finished_at"] == first[0]["finished_at"]
+    with pytest.raises(UserError, match=r"other settings.*shots: 1 -> 2"):
+        run_job(_toy(tmp_path, methods=("few-shot",), shots=2), lm=tiny_lm())
+    run_job(_toy(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
+    with pytest.raises(UserError, match=r"other settings.*steps: 4 -> 6"):
+        run_job(_toy(tmp_path, methods=("soft-prompt",), steps=6), lm=tiny_lm())
+
+
+def test_an_interrupted_run_with_other_settings_is_dropped_with_a_message(toy, tmp_path, capsys):
+    config = _toy(tmp_path, methods=("soft-prompt",))
+    run_job(config, lm=tiny_lm())
+    done = tmp_path / "tiny-0/toyformat/soft-prompt/seed0"
+    partial = done.parent / (done.name + ".partial")
+    done.rename(partial)  # as if killed before the final rename
+    results = json.loads((partial / "results.json").read_text())
+    (partial / "config.json").write_text(json.dumps(results["config"]))
+    run_job(_toy(tmp_path, methods=("soft-prompt",), steps=6), lm=tiny_lm())
+    out = " ".join(capsys.readouterr().err.split())  # the run's console writes to stderr, wrapped
+    assert "interrupted run with other settings" in out and "steps: 4 -> 6" in out and "starts afresh" in out
+    assert json.loads((done / "results.json").read_text())["config"]["steps"] == 6
 
 
 def test_negative_curve_items_is_refused(toy, tmp_path, capsys):

@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from softeval.consoles import table_console
 from softeval.errors import UserError, print_error
 from softeval.metrics import top_answer
 from softeval.protocol import METHODS, METRICS
@@ -155,7 +156,7 @@ SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": 
 
 def print_table(results: list[dict]) -> None:
     """One row per method: each metric as value and its 95% interval."""
-    console = Console()
+    console = table_console()
     if not results:
         return
     first = results[0]
@@ -218,7 +219,7 @@ def cmd_tasks(args) -> int:
         table.add_column(col)
     for r in rows:
         table.add_row(*("-" if r[c] is None else str(r[c]) for c in columns))
-    console = Console()
+    console = table_console()
     console.print(table)
     for r in rows:
         if r["n_eval"] is None:
@@ -247,7 +248,7 @@ def cmd_models(args) -> int:
     for r in rows:
         params = f"{r['params'] / 1e6:.1f}M" if isinstance(r["params"], int) else "-"
         table.add_row(r["name"], r["kind"], "yes" if r["installed"] else "no", params, r["description"])
-    Console().print(table)
+    table_console().print(table)
     return 0
 
 

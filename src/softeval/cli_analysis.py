@@ -27,6 +27,7 @@ from softeval.compare import (
     paired_method_tests,
     parse_pairs,
 )
+from softeval.consoles import table_console
 from softeval.errors import UserError
 from softeval.metrics import LEGACY_METRICS, kind_label
 
@@ -87,7 +88,7 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
-    console = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+    console = table_console(stderr=args.json)  # with --json, stdout carries only the JSON
     def skipped(path: Path, why: str) -> None:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
 
@@ -140,7 +141,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in skipped]
         print(json.dumps(data, indent=2))
         return 0
-    console = Console()
+    console = table_console()
     for path, why in skipped:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
     _print_paired(console, paired)

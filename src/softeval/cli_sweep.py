@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-
+from softeval.consoles import table_console
 from softeval.errors import UserError
 
 
@@ -31,7 +30,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("--max-parallel must be at least 1")
     sweep = load_sweep(args.file)
     if args.dry_run:
-        print_plan(Console(), sweep, plan(sweep))
+        print_plan(table_console(), sweep, plan(sweep))
         return 0
     result = run_sweep(sweep, address=args.address, max_parallel=args.max_parallel)
     return 1 if result.failed else 0

@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
+from softeval.consoles import table_console
 from softeval.errors import UserError
 
 # `softeval run` options track passes on to every run (the sweep file's names).
@@ -79,7 +78,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         raise UserError("--max-parallel must be at least 1")
     sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track")
     if args.dry_run:
-        print_plan(Console(), sweep, plan(sweep))
+        print_plan(table_console(), sweep, plan(sweep))
         return 0
     result = run_sweep(sweep, address=args.address, max_parallel=args.max_parallel)
     return 1 if result.failed else 0

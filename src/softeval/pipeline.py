@@ -242,7 +242,8 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     started, t0 = now(), time.time()
     lm, prompter = job.lm, job.prompter
     loaded = SoftPrompt.load(cfg.soft_prompt, lm) if method == "soft-prompt" and cfg.soft_prompt else None
-    partial = folder.start(identity)  # after every check that can refuse the command: none leaves a folder
+    # after every check that can refuse the command: none leaves a folder
+    partial = folder.start(identity, log=lambda m: console.print(f"{method}: {m}", style="yellow", markup=False))
     soft, tuning, curve = None, None, None
     if method == "soft-prompt":
         if loaded is not None:

@@ -36,18 +36,34 @@ NOT_IDENTITY = (
     "series",  # a label: the checkpoint (the model path) is what is scored; the series groups it in reports
     "step",    # the checkpoint's training step: a label of the model, like the series
 )
+# Options that only some methods read: a run of any other method cannot depend on them, so they are
+# not part of its identity (new tuning settings do not make a finished zero-shot run another run).
+# Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
+# batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
+READ_ONLY_BY = {
+    **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "soft_prompt",
+                     "soft_prompt_sha256"), ("soft-prompt",)),
+    "shots": ("few-shot",),
+}
+# Options added after runs were made, with the value that did what softeval did before they existed:
+# a run that did not record one of these ran with that value (tuning ran every step; no permutations).
+BEFORE_RECORDED = {"early_stop": False, "permutations": 0}
 NOT_RECORDED = "not recorded"
 
 
 def identity_of(options: dict) -> dict:
-    """The part of a run's options that defines it (see NOT_IDENTITY)."""
-    return {k: v for k, v in options.items() if k not in NOT_IDENTITY}
+    """The part of a run's options that defines it: all but NOT_IDENTITY and the options its method
+    does not read (READ_ONLY_BY; a record without a method keeps them all)."""
+    method = options.get("method")
+    return {k: v for k, v in options.items() if k not in NOT_IDENTITY
+            and (method is None or method in READ_ONLY_BY.get(k, (method,)))}
 
 
 def identity_diff(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for each identity option that differs; an option a run did not record (it
-    was written before the option existed) counts as different: its effect then is unknown."""
-    old, new = identity_of(old), identity_of(new)
+    was written before the option existed) counts as different, its effect then being unknown, unless
+    BEFORE_RECORDED says what value the run had in effect."""
+    old, new = identity_of({**BEFORE_RECORDED, **old}), identity_of({**BEFORE_RECORDED, **new})
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -195,16 +211,20 @@ class RunFolder:
             raise UserError(f"a finished run with other settings is at {self.final} ({'; '.join(diff)}). "
                             "Pass --force to replace it, or --out to write elsewhere.")
 
-    def start(self, config: dict | None = None) -> Path:
+    def start(self, config: dict | None = None, log=None) -> Path:
         """The partial folder to write into. A partial folder left by an interrupted run with the same
-        settings is kept (its tuning checkpoint resumes); one with other settings is started afresh."""
+        settings is kept (its tuning checkpoint resumes); one with other settings is started afresh,
+        and ``log`` is told what is dropped and why."""
         marker = self.partial / "config.json"
         if config is not None and marker.is_file():
             try:
                 old = json.loads(marker.read_text())
             except json.JSONDecodeError:
                 old = {}
-            if not isinstance(old, dict) or identity_diff(old, config):
+            diff = identity_diff(old, config) if isinstance(old, dict) else ["its config.json is damaged"]
+            if diff:
+                (log or _stderr)(f"an interrupted run with other settings was at {self.partial} ({'; '.join(diff)}): "
+                                 "its saved work is dropped, this run starts afresh")
                 shutil.rmtree(self.partial)
         self.partial.mkdir(parents=True, exist_ok=True)
         if config is not None:

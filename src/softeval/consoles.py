@@ -1,0 +1,15 @@
+"""The console tables are printed to."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+PIPE_WIDTH = 400  # a log file or pipe has no width to fit: tables are never cut or squeezed there
+
+
+def table_console(stderr: bool = False) -> Console:
+    """A console that prints whole tables: the terminal's width on a terminal, wide enough for any
+    of softeval's tables when the output goes to a file or a pipe (rich would assume 80 columns and
+    cut the last columns off)."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=PIPE_WIDTH)
