@@ -54,3 +54,19 @@ def test_mistral_checkpoints_keep_the_regex_check(tmp_path):
     has_flag = hasattr(PreTrainedTokenizerBase, "_patch_mistral_regex")
     assert _not_mistral_kwargs(str(tmp_path)) == ({"fix_mistral_regex": False} if has_flag else {})
     assert _not_mistral_kwargs(str(tmp_path / "missing")) == {}
+
+
+def test_a_preset_conversion_is_kept_per_transformers_major(tmp_path, monkeypatch):
+    """A copy dequantised by transformers 4 is not reused under 5 (their GGUF tokenizers differ)."""
+    import transformers
+
+    from softeval.models import PRESETS, converted_path
+
+    monkeypatch.setenv("SOFTEVAL_CACHE", str(tmp_path))
+    preset = PRESETS["gemma-3-270m"]
+    monkeypatch.setattr(transformers, "__version__", "4.57.6")
+    four = converted_path(preset)
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    five = converted_path(preset)
+    assert four != five and four.parent == five.parent == tmp_path / "models"
+    assert five.name.endswith("-tf5") and four.name.endswith("-tf4")

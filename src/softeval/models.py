@@ -189,12 +189,24 @@ def _not_mistral_kwargs(source: str) -> dict:
     return {"fix_mistral_regex": False} if model_type and model_type not in MISTRAL_TYPES else {}
 
 
+def converted_path(preset: Preset) -> Path:
+    """Where a preset's dequantised copy is kept: per conversion version and transformers major
+    version, since the conversion is transformers' own and differs between majors (gemma-3-270m:
+    transformers 5 reads the GGUF's user-defined pieces, such as runs of spaces and HTML tags, as
+    added tokens, as the original tokenizer has them; 4.x does not, and splits "  There" into
+    two tokens where 5 has "▁▁" + "There"). A copy made by another major is never reused."""
+    import transformers
+
+    major = transformers.__version__.split(".")[0]
+    return cache_root() / "models" / f"{preset.name}-v{CACHE_VERSION}-tf{major}"
+
+
 def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
     """Load a preset, dequantising its GGUF once and keeping the fp32 weights as safetensors.
 
     Dequantising GGUF takes 20-50 s on every load; the saved copy loads in a few seconds.
     """
-    saved = cache_root() / "models" / f"{preset.name}-v{CACHE_VERSION}"
+    saved = converted_path(preset)
     if not (saved / "config.json").exists():
         gguf = preset_gguf_path(preset)
         model, tokenizer = _from_pretrained(str(gguf.parent), gguf.name, torch.float32, None)
