@@ -122,6 +122,29 @@ def test_numeric_matcher_and_regexes(tmp_path):
     assert task.stop == ("\n\n",) and task.match(task.strict(task.target(example), example), example)
 
 
+def test_a_regex_that_backtracks_for_ever_makes_the_item_unscorable_not_a_stall(tmp_path, monkeypatch):
+    """A task file's answer_regex with polynomial backtracking (here ~n^12 on a long output) is cut
+    at REGEX_SECONDS: the item is unscorable and not correct, the run goes on."""
+    import time
+
+    from softeval.scoring import score_output
+    from softeval.tasks import custom
+
+    monkeypatch.setattr(custom, "REGEX_SECONDS", 0.05)
+    rows = [{"question": f"{a}?", "answer": str(a)} for a in range(10)]
+    spec = {"data": "rows.jsonl", "answer_field": "answer", "prompt": "{{ question }}",
+            "answer_regex": r"(.*,){12}P", "lenient_regex": r"(.*,){12}Q"}
+    task = load_task_file(write_task(tmp_path, spec, rows))
+    example = task.load().eval[0]
+    t0 = time.perf_counter()
+    sample = score_output(task, example, "a," * 200)
+    assert time.perf_counter() - t0 < 5  # Python's re needs hours for this search
+    assert sample["unscorable"] and sample["strict"] is None and sample["lenient"] is None
+    assert not sample["correct"] and not sample["format_ok"]
+    ok = score_output(task, example, "," * 12 + "P")  # the same regexes on an output they match at once
+    assert ok["format_ok"] and "unscorable" not in ok
+
+
 def test_templates_are_sandboxed(tmp_path):
     spec = {**MC_SPEC, "prompt": "{{ cycler.__init__.__globals__.os.popen('echo pwned').read() }}"}
     with pytest.raises(UserError, match="prompt template cannot be filled"):

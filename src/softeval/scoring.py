@@ -15,10 +15,19 @@ PERMUTATION_SEED = 0  # option orders depend on this and the item only: the same
 
 def score_output(task: Task, example: Example, output: str) -> dict:
     """One sample row. A matcher that runs past its time limit (``Unscorable``) leaves the item not
-    correct and marks it ``unscorable``, counted in results.json; it never stalls the run."""
-    strict = task.strict(output, example)
-    lenient = task.lenient(output, example)
+    correct and marks it ``unscorable``, counted in results.json; it never stalls the run. So does an
+    extractor that gives up (a task file's regex past its time limit): it reads no answer."""
     unscorable = []
+
+    def read(extract) -> str | None:
+        try:
+            return extract(output, example)
+        except Unscorable as err:
+            unscorable.append(err)
+            return None
+
+    strict = read(task.strict)
+    lenient = read(task.lenient)
 
     def match(answer) -> bool:
         try:

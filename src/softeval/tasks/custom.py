@@ -9,11 +9,11 @@ with ``--skip-bad-rows``, a counted skip).
 
 from __future__ import annotations
 
-import re
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
@@ -25,6 +25,7 @@ from softeval.tasks.base import (
     Example,
     Splits,
     Task,
+    Unscorable,
     lenient_letter,
     letter_gold,
     match_exact,
@@ -37,6 +38,7 @@ from softeval.tasks.qa import f1_max, lenient_contains, match_any
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MATCHERS = ("exact", "numeric", "f1")
+REGEX_SECONDS = 1.0  # a task file's regex gets this long per output; past it the item is unscorable
 _TEXT, _NAME, _NAMES, _NAME_OR_NAMES = "a string", "a field name", "a list of field names", \
     "a field name or a list of field names"
 # Every setting and what its value must be (docs/tasks.md); a value of another type is an error
@@ -112,19 +114,25 @@ def _template(path: Path, spec: dict, key: str, default: str | None = None):
         raise _fail(path, f"{key} is not a valid template ({err})") from None
 
 
-def _regex(path: Path, spec: dict, key: str) -> re.Pattern | None:
+def _regex(path: Path, spec: dict, key: str) -> regex.Pattern | None:
+    """A task file's regex, compiled by the ``regex`` module (the syntax of Python's ``re``), which can
+    stop a search that backtracks for too long: a user's pattern cannot stall a run."""
     text = spec.get(key)
     if text is None:
         return None
     try:
-        return re.compile(str(text))
-    except (re.error, OverflowError, RecursionError, ValueError) as err:
+        return regex.compile(str(text))
+    except (regex.error, OverflowError, RecursionError, ValueError) as err:
         raise _fail(path, f"{key} is not a valid regular expression ({err})") from None
 
 
-def _extract(pattern: re.Pattern, output: str, example: Example) -> str | None:
-    """First match of ``pattern`` in the output: its first group (or the whole match), stripped."""
-    found = pattern.search(output)
+def _extract(pattern: regex.Pattern, output: str, example: Example) -> str | None:
+    """First match of ``pattern`` in the output: its first group (or the whole match), stripped.
+    A search that runs past REGEX_SECONDS raises ``Unscorable`` (the item is counted apart)."""
+    try:
+        found = pattern.search(output, timeout=REGEX_SECONDS)
+    except TimeoutError:
+        raise Unscorable(f"the regex {pattern.pattern!r} ran past {REGEX_SECONDS} s on this output") from None
     if not found:
         return None
     value = next((g for g in found.groups() if g is not None), None) if found.groups() else found.group(0)
