@@ -70,3 +70,20 @@ def test_a_preset_conversion_is_kept_per_transformers_major(tmp_path, monkeypatc
     five = converted_path(preset)
     assert four != five and four.parent == five.parent == tmp_path / "models"
     assert five.name.endswith("-tf5") and four.name.endswith("-tf4")
+
+
+def test_transformers_4_is_told_that_the_gemma_tokenizer_differs(tmp_path, monkeypatch, capsys):
+    import transformers
+
+    from softeval import models
+
+    monkeypatch.setenv("SOFTEVAL_CACHE", str(tmp_path))
+    monkeypatch.setattr(transformers, "__version__", "4.57.6")
+    monkeypatch.setattr(models, "_from_pretrained", lambda *a, **k: ("model", "tokenizer"))
+    for name in ("gemma-3-270m", "smollm2-135m-instruct"):
+        saved = models.converted_path(models.PRESETS[name])
+        saved.mkdir(parents=True)
+        (saved / "config.json").write_text("{}")
+        assert models._load_preset(models.PRESETS[name], None, None) == ("model", "tokenizer")
+    err = capsys.readouterr().err
+    assert err.count("transformers 4 rebuilds") == 1 and "gemma-3-270m" in err
