@@ -267,3 +267,14 @@ def test_to_growing_swaps_only_plain_dynamic_caches():
     assert type(engine.to_growing(sliding).layers[0]) is DynamicSlidingWindowLayer
     legacy = ((k, -k),)
     assert engine.to_growing(legacy) is legacy
+
+
+def test_length_batches_with_a_padding_cap_close_early_and_keep_every_index():
+    lengths = [99, 555, 101, 470, 306, 106, 297, 229, 114, 206, 187, 176, 169, 167, 129, 121]
+    plain = engine.length_batches(lengths, 16)
+    capped = engine.length_batches(lengths, 16, max_padding=1.25)
+    assert len(plain) == 1 and sorted(i for b in capped for i in b) == list(range(16))
+    for batch in capped:
+        assert len(batch) * max(lengths[i] for i in batch) <= 1.25 * sum(lengths[i] for i in batch) or len(batch) == 1
+    assert sum(len(b) * max(lengths[i] for i in b) for b in capped) < 0.5 * 16 * 555
+    assert all(len(b) <= 4 for b in engine.length_batches(lengths, 4, max_padding=10))  # the row cap holds too

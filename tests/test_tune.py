@@ -163,3 +163,42 @@ def test_held_out_loss_equals_the_tuning_loss_without_gradients(lm):
     soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.01
     expected = float(engine.target_loss(lm, prompts, targets, soft))
     assert engine.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(expected, rel=1e-5)
+
+
+def _gemma2(window: int):
+    from tiny import tiny_tokenizer
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from softeval.models import BASE, LoadedModel
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=window,
+                          initializer_range=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LoadedModel(Gemma2ForCausalLM(config).eval().requires_grad_(False), tok, "tiny-gemma2", BASE, "test",
+                       pad_id=0, eos_ids=(2,))
+
+
+@pytest.mark.parametrize("model", ["llama", "gemma2-window-64", "gemma2-window-6"])
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_held_out_loss_from_the_generation_prefill_equals_a_pass_of_its_own(lm, model, prefix_cache):
+    """A curve point reads the held-out loss from its generation's prefill (engine.generate targets=):
+    the same value as target_loss_value's own pass, with a soft prompt, a shared prefix, ragged and
+    one-token targets, and on a sliding-window model (beyond its window: a pass of its own)."""
+    if model != "llama":
+        lm = _gemma2(int(model.rsplit("-", 1)[1]))
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune[:7]
+    prompts = [[5, 6, 7] + prompter.ids(e, "soft-prompt") for e in items]  # a shared prefix
+    targets = [prompter.target_ids(e) for e in items]
+    targets[2] = targets[2][:1]
+    targets[4] = targets[4] + [9, 10, 11]
+    soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.05
+    expected = engine.target_loss_value(lm, prompts, targets, soft)
+    nll: list[float] = []
+    outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache,
+                              targets=targets, target_nll=nll)
+    assert sum(nll) / sum(map(len, targets)) == pytest.approx(expected, rel=1e-5)
+    assert outputs == engine.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache)

@@ -45,10 +45,15 @@ MIN_PREFIX = 8  # shared prefix (soft prompt + tokens) shorter than this is not 
 DEFAULT_MAX_BATCH = 64
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length (longest first, so memory peaks early)."""
+def length_batches(lengths: Sequence[int], batch_size: int, max_padding: float | None = None) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first, so memory peaks early). With
+    ``max_padding``, a batch also closes before its padded tokens (rows x its longest) would exceed
+    ``max_padding`` x its real ones (16 random MMLU prompts in one batch: 2.6x)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if max_padding is None:
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return _pack(order, lambda g, i: len(g) < batch_size
+                 and (len(g) + 1) * lengths[g[0]] <= max_padding * (sum(lengths[j] for j in g) + lengths[i]))
 
 
 @functools.cache
@@ -293,11 +298,17 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
              stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
              prefix_cache: bool | None = None, max_batch_size: int | None = None,
              on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None,
-             hit_limit: list[bool] | None = None) -> list[str]:
+             hit_limit: list[bool] | None = None, targets: Sequence[list[int]] | None = None,
+             target_nll: list[float] | None = None, max_padding: float | None = None) -> list[str]:
     """Greedy continuation of each sequence, cut at the first stop string or EOS.
 
     ``hit_limit``: a list that gets, per sequence, whether it ran out of ``max_new_tokens`` before a
     stop string or EOS ended it (the output may be cut off).
+
+    ``targets`` with ``target_nll``: the list gets, per sequence, the summed negative log-likelihood
+    of its target continuation, read from the generation's own prefill (its cache and first-token
+    log-probabilities) instead of a second pass over the prompt (a tuning curve point's held-out
+    loss: ``target_loss_value`` = the sum over items / their target tokens).
 
     ``on_first_logprobs(indices, logprobs)``: called per batch with the items' indices and the
     log-probabilities [batch, vocab] of the first generated token, so single-token option scores
@@ -305,21 +316,34 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
 
     ``prefix_cache``: None (default) caches the shared prefix when it is at least ``MIN_PREFIX``
     long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
-    ``max_batch_size``."""
+    ``max_batch_size``; ``max_padding``: see ``length_batches``."""
     outputs: list[str] = [""] * len(seqs)
     limited = [False] * len(seqs)
     if hit_limit is not None:
         hit_limit[:] = limited
+    if target_nll is not None:
+        target_nll[:] = [0.0] * len(seqs)
     if not seqs:
         return outputs
+    n_soft = 0 if soft is None else soft.shape[0]
+    if targets is not None and target_nll is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
+        # a sliding-window model whose window the pads before the targets could overrun: a pass of its own
+        scored = option_logprobs(lm, seqs, [[t] for t in targets], soft=soft, batch_size=batch_size)
+        target_nll[:] = [-row[0] for row in scored]
+        targets = None
     prefix = plan_prefix(lm, seqs, soft, prefix_cache)
-    size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + (0 if soft is None else soft.shape[0]),
-                               max_batch_size, new_tokens=max_new_tokens)
-    for batch in length_batches([len(s) for s in seqs], size):
+    size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size,
+                               new_tokens=max_new_tokens)
+    for batch in length_batches([len(s) for s in seqs], size, max_padding):
         first = (lambda logp, b=batch: on_first_logprobs(b, logp)) if on_first_logprobs else None
-        texts, hit = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first)
+        nll: list[float] = []
+        texts, hit = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first,
+                                     [targets[i] for i in batch] if targets is not None else None, nll)
         for i, text, cut in zip(batch, texts, hit):
             outputs[i], limited[i] = text, cut
+        if targets is not None and target_nll is not None:
+            for i, value in zip(batch, nll):
+                target_nll[i] = value
         if progress:
             progress(len(batch))
     if hit_limit is not None:
@@ -334,8 +358,9 @@ def _stop_window(lm, stop: Sequence[str]) -> int:
 
 
 def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
-                    on_first=None) -> tuple[list[str], list[bool]]:
-    """Outputs of one batch, and per row whether it ran out of tokens (no stop string, no EOS)."""
+                    on_first=None, targets=None, nll: list[float] | None = None) -> tuple[list[str], list[bool]]:
+    """Outputs of one batch, and per row whether it ran out of tokens (no stop string, no EOS);
+    with ``targets``, ``nll`` gets each row's target negative log-likelihood (``_targets_nll``)."""
     inputs = _batch_inputs(lm, seqs, soft, prefix)
     cache = inputs.pop("cache", None)  # a shared prefix's cache, or None: the model makes its own
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
@@ -350,6 +375,8 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     logits, out = forward_last(lm, inputs, 1, use_cache=True, cache=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
+    if targets is not None and nll is not None:
+        nll[:] = _targets_nll(lm, logits, output_cache(out), mask, targets)
     cache = to_growing(output_cache(out))
     next_pos = positions[:, -1:] + 1
     for _ in range(max_new_tokens):
@@ -381,6 +408,28 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
         next_pos = next_pos + 1
     return ([cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens],
             [row not in ended and max_new_tokens > 0 for row in range(len(seqs))])
+
+
+def _targets_nll(lm, logits: torch.Tensor, cache, mask: torch.Tensor, targets) -> list[float]:
+    """Summed negative log-likelihood of each row's target after its prompt, from a prefill's last
+    logits (they predict the first target token) and a copy of its cache (the rest of each target
+    runs as ``[pads][target[:-1]]`` after it, as ``grouped_option_logprobs`` runs options)."""
+    first = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    nll = [-float(first[r, t[0]]) if t else 0.0 for r, t in enumerate(targets)]
+    rows = [r for r, t in enumerate(targets) if len(t) > 1]
+    if not rows:
+        return nll
+    part = copy.deepcopy(cache)
+    index = torch.tensor(rows, device=mask.device)
+    part.batch_select_indices(index)
+    rest = [list(targets[r][:-1]) for r in rows]
+    width = max(map(len, rest))
+    later, _ = forward_last(lm, layout_inputs(lm, rest, past_mask=mask[index]), width, cache=part)
+    logp = torch.log_softmax(later.float(), dim=-1)
+    for slot, r in enumerate(rows):
+        wanted = torch.tensor(targets[r][1:], device=logp.device)
+        nll[r] -= float(logp[slot, width - len(wanted):].gather(-1, wanted[:, None]).sum())
+    return nll
 
 
 def end_markers(lm) -> tuple[str, ...]:
