@@ -6,8 +6,8 @@ tuning pool, shots and prompts) and counts, with ``softeval.perf``, the FLOPs ov
 tokens of each phase: zero-shot / few-shot / soft-prompt scoring (greedy generation of
 ``--new-tokens`` tokens per item, plus each item's cloze context once and its options), and the
 tuning steps of the seeded plan (forward + activation backward; ``--steps``, the step early stop
-ended at in the measured main job) with their curve points (held-out slice generated and its loss
-taken). The prefix all of a method's prompts share (the instruction, the five shots) is counted once
+ended at in the measured main job) with their curve points (held-out slice generated; its loss read
+from the same prefill). The prefix all of a method's prompts share (the instruction, the five shots) is counted once
 per chunk of SAVE_EVERY items, as the prefix cache computes it; attention of cloze options over
 their cached context is not counted (small).
 
@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     tune_steps = sum(perf.tuning_step_flops(shape, rows(b)) for b in plan)
     points = args.steps // cfg.curve_every + 1
     curve_rows = [(n_soft + len(prompter.ids(e, "soft-prompt")), args.new_tokens) for e in job.curve_items]
-    loss_rows = [(n_soft + len(prompter.ids(e, "soft-prompt")) + len(prompter.target_ids(e)), 0) for e in job.curve_items]
+    # the held-out loss comes from the generation's prefill: only the targets' own tokens are extra
+    loss_rows = [(len(prompter.target_ids(e)), 0) for e in job.curve_items]
     curve = points * (perf.scoring_flops(shape, curve_rows) + perf.scoring_flops(shape, loss_rows))
     phases = {"zero-shot": scoring("zero-shot"), "few-shot": scoring("few-shot"),
               "soft-prompt": scoring("soft-prompt", n_soft)}
