@@ -321,15 +321,17 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     limited = [False] * len(seqs)
     if hit_limit is not None:
         hit_limit[:] = limited
-    if target_nll is not None:
+    if target_nll is None:
+        targets = None
+    else:
         target_nll[:] = [0.0] * len(seqs)
     if not seqs:
         return outputs
     n_soft = 0 if soft is None else soft.shape[0]
-    if targets is not None and target_nll is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
+    if targets is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
         # a sliding-window model whose window the pads before the targets could overrun: a pass of its own
-        scored = option_logprobs(lm, seqs, [[t] for t in targets], soft=soft, batch_size=batch_size)
-        target_nll[:] = [-row[0] for row in scored]
+        target_nll[:] = [-row[0] for row in option_logprobs(lm, seqs, [[t] for t in targets], soft=soft,
+                                                              batch_size=batch_size)]
         targets = None
     prefix = plan_prefix(lm, seqs, soft, prefix_cache)
     size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size,
@@ -341,7 +343,7 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                                      [targets[i] for i in batch] if targets is not None else None, nll)
         for i, text, cut in zip(batch, texts, hit):
             outputs[i], limited[i] = text, cut
-        if targets is not None and target_nll is not None:
+        if targets is not None:
             for i, value in zip(batch, nll):
                 target_nll[i] = value
         if progress:
@@ -375,7 +377,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
     logits, out = forward_last(lm, inputs, 1, use_cache=True, cache=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
-    if targets is not None and nll is not None:
+    if targets is not None:
         nll[:] = _targets_nll(lm, logits, output_cache(out), mask, targets)
     cache = to_growing(output_cache(out))
     next_pos = positions[:, -1:] + 1
@@ -522,8 +524,7 @@ def padding_groups(lengths: Sequence[int], max_ratio: float = 1.25) -> list[list
     """Rows (indices) cut into groups, longest first, so that each group's padded tokens (rows x its
     longest row) stay within ``max_ratio`` of its real ones (a row that alone breaks that starts a
     new group)."""
-    return _pack(sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)),
-                 lambda g, i: (len(g) + 1) * lengths[g[0]] <= max_ratio * (sum(lengths[j] for j in g) + lengths[i]))
+    return length_batches(lengths, max(1, len(lengths)), max_padding=max_ratio)
 
 
 def _pack(order: Sequence[int], fits: Callable[[list[int], int], bool]) -> list[list[int]]:
