@@ -183,3 +183,15 @@ def test_eval_with_a_changed_soft_prompt_at_the_same_path_is_another_run(toy, tm
     shutil.copytree(tmp_path / "t1/tiny-0/toyformat/soft-prompt/seed1/soft_prompt", adapter)
     with pytest.raises(UserError, match="other settings.*soft_prompt_sha256"):
         run_job(_toy(tmp_path / "e", methods=("soft-prompt",), soft_prompt=str(adapter)), lm=tiny_lm())
+
+
+def test_an_interrupted_run_with_a_damaged_config_is_dropped_with_one_reason(toy, tmp_path, capsys):
+    run_job(_toy(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
+    done = tmp_path / "tiny-0/toyformat/soft-prompt/seed0"
+    partial = done.parent / (done.name + ".partial")
+    done.rename(partial)
+    (partial / "config.json").write_bytes(b'{"steps": 4, "lr"')  # torn write
+    run_job(_toy(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
+    out = " ".join(capsys.readouterr().err.split())
+    assert "its config.json is damaged" in out and "not recorded" not in out
+    assert (done / "results.json").is_file()

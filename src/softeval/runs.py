@@ -219,8 +219,8 @@ class RunFolder:
         if config is not None and marker.is_file():
             try:
                 old = json.loads(marker.read_text())
-            except json.JSONDecodeError:
-                old = {}
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None  # damaged: said as such, not as every option "not recorded"
             diff = identity_diff(old, config) if isinstance(old, dict) else ["its config.json is damaged"]
             if diff:
                 (log or _stderr)(f"an interrupted run with other settings was at {self.partial} ({'; '.join(diff)}): "
