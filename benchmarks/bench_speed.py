@@ -7,8 +7,8 @@ between sections) after one warm-up call of each side, ``rounds`` times (A/B, B/
 ratio is reported as the median over the rounds with its min-max. Prints a table and, as the last
 line, JSON.
 
-    make bench-quick     # or: .venv/bin/python benchmarks/bench_speed.py --quick   (3 rounds)
-    make bench           # or: .venv/bin/python benchmarks/bench_speed.py           (full mode, BENCHMARKS.md)
+    make bench-quick     # or: .venv/bin/python benchmarks/bench_speed.py --quick   (1 round, ~7 min)
+    make bench           # or: .venv/bin/python benchmarks/bench_speed.py           (3 rounds + ablations)
 
 What is timed: softeval = tokenizing the prompts + ``engine.generate`` / ``engine.option_logprobs``;
 lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
@@ -52,17 +52,17 @@ from softeval.tasks import get_task
 from softeval.tune import batches as tune_batches
 
 MODES = {
-    # quick: a proxy of the full mode by design: the same item pools and seeded plans (tuning items of
-    # every length, one real batch of 8 per round), the same batch shapes, fewer items, and 3
-    # interleaved rounds so each ratio comes with its spread; GSM8K generation capped at 128 new
-    # tokens on both sides (its full 256 would be half the budget)
-    "quick": {"mmlu": 8, "gsm8k": 4, "loglik": 8, "tune_steps": 1, "group_window": 2, "tune_max_len": None,
-              "max_new_tokens": 128, "rounds": 3, "tune_ablations": False, "ablation": ()},
-    # full: real MMLU tuning prompts of every length, GSM8K at its own max_new_tokens (256); about an
-    # hour on 2 shared CPU cores
-    "full": {"mmlu": 32, "gsm8k": 12, "loglik": 48, "tune_steps": 4, "group_window": 4, "tune_max_len": None,
-                 "max_new_tokens": None, "rounds": 1, "ablation_items": 8, "tune_ablations": True,
-                 "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "few-shot"))},
+    # One rule for both modes: the same sections, items, item counts per call, seeded plans and
+    # max_new_tokens; the quick mode is the full mode's first round without the ablations. Item
+    # counts per call matter: the few-shot block is computed once per call, so softeval's few-shot
+    # advantage grows with the items per call (a real run calls with up to 64); a quick mode with
+    # fewer items per call measured a different ratio (BENCHMARKS.md, session 7).
+    "quick": {"mmlu": 24, "gsm8k": 8, "loglik": 24, "tune_steps": 4, "group_window": 4, "rounds": 1,
+              "tune_ablations": False, "ablation": ()},
+    # full: 3 interleaved rounds (each ratio with its min-max) and the ablations; ~20 min quiet
+    "full": {"mmlu": 24, "gsm8k": 8, "loglik": 24, "tune_steps": 4, "group_window": 4, "rounds": 3,
+             "tune_ablations": True, "ablation_items": 8,
+             "ablation": (("mmlu", "zero-shot"), ("mmlu", "few-shot"), ("gsm8k", "few-shot"))},
 }
 
 
@@ -209,26 +209,26 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
                 padded += max(lengths(b[r]) for r in rows) * len(rows)
         return real, padded
 
-    # Phase 1: softeval alone (its peak RSS over the timed batches), plain plan and length-grouped plan
-    # (full mode), or the timed batches untimed (quick mode: warm-up and RSS).
+    # softeval alone first: warm-up, then the first interleaved step (softeval goes first at k = 0),
+    # timed here so that softeval's peak RSS is read before any PEFT step or ablation; then (full
+    # mode) the ablations: seeded plan vs length-grouped plan, and the whole batch in one pass.
     se_step(plan[-1])  # warm-up
-    if not ablations:
-        for b in plan[:steps * rounds]:
-            se_step(b)
+    t_se, t_peft = [0.0] * rounds, [0.0] * rounds
+    _, t_se[0] = timed(lambda: se_step(plan[0]))
+    result["peak_rss_gib"] = round(rss_gib(), 3)
     real, padded = pad_stats(plan[:steps * rounds])
     result["tune_pass_tokens"] = budget
     result["tune_tokens"] = {"real": real, "padded": padded}
     if ablations:
         _, t_plain = timed(lambda: [se_step(b) for b in plan[:steps]])
+        real_p, padded_p = pad_stats(plan[:steps])
         rows.append(("tune: softeval, seeded plan", f"{steps / t_plain:.3f} steps/s",
-                     f"tokens {real}, padded {padded}"))
+                     f"tokens {real_p}, padded {padded_p}"))
         _, t_grouped = timed(lambda: [se_step(b) for b in grouped[:steps]])
         real_g, padded_g = pad_stats(grouped[:steps])
         rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
                      f"tokens {real_g}, padded {padded_g}"))
         result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
-    result["peak_rss_gib"] = round(rss_gib(), 3)
-    if ablations:  # the batch in one forward pass (no split): more memory, so after the peak above
         _, t_whole = timed(lambda: [se_step(b, max_pass_tokens=10**9) for b in plan[:steps]])
         rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
                      f"padded {sum(max(lengths(i) for i in b) * len(b) for b in plan[:steps])}; "
@@ -259,10 +259,11 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
 
     peft_model.train()
     peft_step(plan[-1])  # warm-up
-    t_se, t_peft = [0.0] * rounds, [0.0] * rounds
     for k, b in enumerate(plan[:steps * rounds]):
         order = [(se_step, 0), (peft_step, 1)] if k % 2 == 0 else [(peft_step, 1), (se_step, 0)]
         for fn, side in order:
+            if k == 0 and side == 0:
+                continue  # timed above
             _, dt = timed(lambda fn=fn, b=b: fn(b))
             (t_se if side == 0 else t_peft)[k // steps] += dt
     n = steps * rounds
@@ -295,12 +296,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     gc.collect()
 
 
-def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows,
-                     max_new_tokens=None):
-    if max_new_tokens and max_new_tokens < task.max_new_tokens:  # quick mode: both sides get the same cap
-        import dataclasses
-
-        task = dataclasses.replace(task, max_new_tokens=max_new_tokens)
+def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows):
     texts = [prompter.text(e, method) for e in items]
     docs = [{"prompt": t, "gold": e.gold} for t, e in zip(texts, items)]
     instances = side.task_instances(docs, "generate_until", until=task.stop, max_gen_toks=task.max_new_tokens)
@@ -377,10 +373,10 @@ def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
                      f"shared {engine.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
 
 
-def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows, max_new_tokens=None):
+def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows):
     """softeval with its in-place growing KV cache vs transformers' DynamicCache (torch.cat per step)."""
     seqs = [prompter.ids(e, method) for e in items]
-    kw = {"max_new_tokens": max_new_tokens or task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
+    kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
 
     def run(growing: bool):
         engine.GROWING_CACHE = growing
@@ -396,7 +392,7 @@ def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows, 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small item counts, 3 interleaved rounds (MODES)")
+    ap.add_argument("--quick", action="store_true", help="the full mode's first round, no ablations (MODES)")
     ap.add_argument("--rounds", type=int, default=0, help="interleaved rounds per section (default: the mode's)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--device", default="auto")
@@ -433,9 +429,6 @@ def main(argv=None) -> int:
     if "tune" not in skip:
         log(f"tuning: softeval vs PEFT ({time.time() - started:.0f}s)")
         train = splits["mmlu"].tune
-        if cfg["tune_max_len"]:  # quick mode: only tuning items whose prompt+target fit this many tokens
-            pr = prompters["mmlu"]
-            train = [e for e in train if len(pr.ids(e, "soft-prompt")) + len(pr.target_ids(e)) <= cfg["tune_max_len"]]
         result["tune_items"] = len(train)
         bench_tuning(lm, prompters["mmlu"], train, cfg["tune_steps"], args.batch_size, args.tokens,
                      rows, result, window=cfg["group_window"], ablations=cfg["tune_ablations"], rounds=cfg["rounds"])
@@ -451,8 +444,7 @@ def main(argv=None) -> int:
                 for method in ("zero-shot", "few-shot"):
                     log(f"generate: {name} {method} ({time.time() - started:.0f}s)")
                     gen[(name, method)] = bench_generation(lm, side, tasks[name], prompters[name], items[name], method,
-                                                           args.batch_size, cfg["rounds"], flip, rows,
-                                                           max_new_tokens=cfg["max_new_tokens"])
+                                                           args.batch_size, cfg["rounds"], flip, rows)
                     flip = not flip
             for method, key in (("zero-shot", "zeroshot"), ("few-shot", "fewshot")):
                 for suffix, names in (("", ("mmlu", "gsm8k")), ("_mmlu", ("mmlu",)), ("_gsm8k", ("gsm8k",))):
@@ -491,7 +483,7 @@ def main(argv=None) -> int:
         log(f"ablation: growing cache ({time.time() - started:.0f}s)")
         result["growing_cache_gain"] = round(ablation_growing_cache(
             lm, tasks["gsm8k"], prompters["gsm8k"], items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
-            args.batch_size, rows, max_new_tokens=cfg["max_new_tokens"]), 3)
+            args.batch_size, rows), 3)
     result["seconds"] = round(time.time() - started, 1)
     result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
                         f"torch={torch.__version__} threads={args.threads}".strip()
