@@ -373,20 +373,21 @@ def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
                      f"shared {engine.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
 
 
-def ablation_growing_cache(lm, task, prompter, items, method, batch_size, rows):
-    """softeval with its in-place growing KV cache vs transformers' DynamicCache (torch.cat per step)."""
+def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, method, batch_size, rows):
+    """softeval's generation with a speed path's module flag on and off (``engine.GROWING_CACHE``:
+    its in-place growing KV cache vs transformers' DynamicCache; ``skinny.ENABLED``: few-row
+    linears as W @ x^T vs F.linear)."""
     seqs = [prompter.ids(e, method) for e in items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
 
-    def run(growing: bool):
-        engine.GROWING_CACHE = growing
+    def run(on: bool):
+        setattr(owner, flag, on)
         try:
             return engine.generate(lm, seqs, **kw)
         finally:
-            engine.GROWING_CACHE = True
+            setattr(owner, flag, True)
 
-    return _ablation(rows, f"ablation {task.name} {method}: growing cache vs DynamicCache",
-                     lambda: run(True), lambda: run(False), 2,
+    return _ablation(rows, f"ablation {task.name} {method}: {what}", lambda: run(True), lambda: run(False), 2,
                      f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}")
 
 
@@ -480,10 +481,14 @@ def main(argv=None) -> int:
                                                       items[name][:cfg["ablation_items"]], method, args.batch_size,
                                                       rows), 3)
             for name, method in cfg["ablation"]}
-        log(f"ablation: growing cache ({time.time() - started:.0f}s)")
-        result["growing_cache_gain"] = round(ablation_growing_cache(
-            lm, tasks["gsm8k"], prompters["gsm8k"], items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
-            args.batch_size, rows), 3)
+        from softeval import skinny
+
+        for key, owner, flag, what in (("growing_cache_gain", engine, "GROWING_CACHE", "growing cache vs DynamicCache"),
+                                       ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
+            log(f"ablation: {what} ({time.time() - started:.0f}s)")
+            result[key] = round(ablation_switch(owner, flag, what, lm, tasks["gsm8k"], prompters["gsm8k"],
+                                                items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
+                                                args.batch_size, rows), 3)
     result["seconds"] = round(time.time() - started, 1)
     result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
                         f"torch={torch.__version__} threads={args.threads}".strip()

@@ -1,0 +1,56 @@
+"""Decoding on CPU: a linear layer applied to a few rows is computed as ``W @ x^T``.
+
+At a decoding step every linear layer multiplies the batch's few live rows by a weight matrix that
+does not fit in the CPU's caches, so the step is bound by reading the weights from memory. With
+MKL on this project's CPU host (AMD EPYC, AVX2), ``F.linear`` (``x @ W^T``) on 2-16 rows streams
+the weights at about 9 GB/s, the same product as ``W @ x^T`` at 13-18 GB/s: SmolLM2-135M's body
+matmuls at 8 rows take 40 ms instead of 58, its vocabulary head 10 ms instead of 20 (BENCHMARKS.md,
+"Decoding on CPU"). The products are the same; only the kernel's summation order differs (float
+rounding, ~1e-6 relative), as it already does between batch sizes.
+
+Used by ``engine.generate`` on CPU float32 weights only: GPUs' small-row kernels are not slow, and
+other CPU dtypes are unmeasured. ``ENABLED = False`` turns it off (the benchmark's ablation).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+ENABLED = True
+SKINNY_ROWS = 32  # at most this many rows take the W @ x^T path (measured faster for 2-32 rows)
+
+
+def _skinny_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    rows = x.numel() // max(1, x.shape[-1])
+    if rows > SKINNY_ROWS or rows == 0:
+        return F.linear(x, self.weight, self.bias)
+    out = (self.weight @ x.reshape(rows, x.shape[-1]).t()).t()
+    if self.bias is not None:
+        out = out + self.bias
+    return out.contiguous().reshape(*x.shape[:-1], self.weight.shape[0])
+
+
+def eligible(module: torch.nn.Module) -> bool:
+    """A plain ``nn.Linear`` (not a quantized or LoRA subclass with a forward of its own) with CPU
+    float32 weights, whose forward no one else (an accelerate offload hook) has replaced."""
+    return (type(module) is torch.nn.Linear and module.weight.device.type == "cpu"
+            and module.weight.dtype == torch.float32 and "forward" not in vars(module))
+
+
+@contextmanager
+def skinny_linears(model: torch.nn.Module) -> Iterator[int]:
+    """While inside: the model's eligible linear layers compute few-row products as ``W @ x^T``.
+    Yields how many layers were switched; each gets its class's forward back on exit."""
+    switched = [m for m in model.modules() if eligible(m)] if ENABLED else []
+    for m in switched:
+        m.forward = types.MethodType(_skinny_forward, m)
+    try:
+        yield len(switched)
+    finally:
+        for m in switched:
+            vars(m).pop("forward", None)
