@@ -41,7 +41,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval import engine
+from softeval import engine, skinny
 from softeval.data import seeded_subset
 from softeval.models import load_model
 from softeval.perf import Shape, matmul_peak, tuning_step_flops
@@ -481,8 +481,6 @@ def main(argv=None) -> int:
                                                       items[name][:cfg["ablation_items"]], method, args.batch_size,
                                                       rows), 3)
             for name, method in cfg["ablation"]}
-        from softeval import skinny
-
         for key, owner, flag, what in (("growing_cache_gain", engine, "GROWING_CACHE", "growing cache vs DynamicCache"),
                                        ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
             log(f"ablation: {what} ({time.time() - started:.0f}s)")
