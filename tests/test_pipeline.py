@@ -5,18 +5,13 @@ import json
 
 import pytest
 from rich.console import Console
-from tiny import tiny_lm
+from tiny import tiny_lm, toy_config
 
 from softeval import cli
 from softeval.errors import UserError
-from softeval.pipeline import RunConfig, run_job
+from softeval.pipeline import run_job
 
-
-def _config(out, **kw):
-    base = dict(model="tiny-0", task="toyformat", limit=12, steps=6, shots=2, tokens=4, lr=0.1,
-                out=str(out), curve_every=3, curve_items=4, eval_batch_size=5)
-    base.update(kw)
-    return RunConfig(**base)
+_config = toy_config
 
 
 def test_run_writes_three_run_folders(toy, tmp_path):

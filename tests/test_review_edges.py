@@ -4,18 +4,15 @@ landed features as a hostile user would."""
 import json
 
 import pytest
-from tiny import format_task, tiny_lm
+from tiny import format_task, tiny_lm, toy_config
 
 from softeval import pipeline, tasks
 from softeval.errors import UserError
-from softeval.pipeline import RunConfig, run_job
+from softeval.pipeline import run_job
 
 
 def _config(out, **kw):
-    base = dict(model="tiny-0", task="toyformat", limit=6, steps=2, shots=1, tokens=4, lr=0.1,
-                out=str(out), curve_every=1, curve_items=4, eval_batch_size=6)
-    base.update(kw)
-    return RunConfig(**base)
+    return toy_config(out, **{**dict(limit=6, steps=2, shots=1, curve_every=1, eval_batch_size=6), **kw})
 
 
 def test_eval_of_a_tuned_soft_prompt_into_its_own_run_is_refused_and_force_keeps_the_tuned_run(toy, tmp_path):

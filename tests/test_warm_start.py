@@ -6,19 +6,16 @@ import shutil
 
 import pytest
 import torch
-from tiny import tiny_lm
+from tiny import tiny_lm, toy_config
 
 from softeval.cli import main
 from softeval.errors import UserError
-from softeval.pipeline import RunConfig, run_job
+from softeval.pipeline import run_job
 from softeval.softprompt import SoftPrompt, adapter_digest
 
 
 def _config(out, **kw):
-    base = dict(model="tiny-0", task="toyformat", methods=("soft-prompt",), limit=6, steps=4, tokens=4, lr=0.1,
-                out=str(out), curve_every=2, curve_items=4, eval_batch_size=6)
-    base.update(kw)
-    return RunConfig(**base)
+    return toy_config(out, **{**dict(methods=("soft-prompt",), limit=6, steps=4, curve_every=2, eval_batch_size=6), **kw})
 
 
 def _source(tmp_path, hidden=32, tokens=4):

@@ -9,6 +9,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from softeval.models import BASE, LoadedModel
+from softeval.pipeline import RunConfig
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -89,3 +90,11 @@ def format_task(n_tune: int = 64, n_eval: int = 24, name: str = "toyformat"):
         strict=strict, lenient=lenient, match=lambda a, ex: a == ex.gold,
         load=lambda source="offline", **kw: Splits(list(tune), list(test), "synthetic", "tune", "test"),
         stop=("\n",), max_new_tokens=4)
+
+
+def toy_config(out, **kw) -> RunConfig:
+    """A run of the tiny model on the toy format task (the ``toy`` fixture registers it) into ``out``:
+    small enough for a test, every method; keyword arguments override any field."""
+    base = dict(model="tiny-0", task="toyformat", limit=12, steps=6, shots=2, tokens=4, lr=0.1,
+                out=str(out), curve_every=3, curve_items=4, eval_batch_size=5)
+    return RunConfig(**{**base, **kw})
