@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -374,3 +375,40 @@ def test_the_example_sweep_parses_and_the_docs_list_every_option():
     assert len(sweep.jobs) == 12 and {j.config.task for j in sweep.jobs} == {"mmlu", "arc_easy"}
     docs = (root / "docs" / "sweeps.md").read_text()
     assert all(f"`{key}`" in docs for key in RUN_OPTIONS)
+
+
+def test_a_run_another_process_finished_while_the_job_waited_is_reported_skipped_not_done(ray_cluster, assets,
+                                                                                         tmp_path):
+    """Two sweeps (or a sweep and `softeval run`) on one out: the job that waited for the other writer
+    (`wait: true`) and then found the run finished must not count it as a result of its own."""
+    import shutil
+
+    from softeval.models import load_model
+    from softeval.pipeline import run_folder
+
+    folder, models, tasks = assets
+    spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
+            "tasks": [str(folder / tasks[0])], "methods": ["zero-shot"], "wait": True, **SMALL}
+    sweep = load_sweep(write_sweep(tmp_path, spec))
+    [job] = sweep.jobs
+    run_job(replace(job.config, out=str(tmp_path / "other")), lm=load_model(str(models[0]), kind="base"))
+    done_elsewhere = run_folder(replace(job.config, out=str(tmp_path / "other")), "zero-shot")[0].final
+    target = run_folder(job.config, "zero-shot")[0]
+    log = sweep.out / ".sweep" / "logs" / "tiny-0.log"
+    locked = threading.Event()
+
+    def other_writer():  # holds the run lock until the sweep's worker waits for it, then finishes the run
+        with target.lock():
+            locked.set()
+            deadline = time.time() + 120
+            while time.time() < deadline and "waiting (--wait)" not in (log.read_text() if log.exists() else ""):
+                time.sleep(0.05)
+            shutil.copytree(done_elsewhere, target.final)
+
+    thread = threading.Thread(target=other_writer, daemon=True)
+    thread.start()
+    locked.wait(30)
+    result = run_sweep(sweep)
+    thread.join(30)
+
+    assert [s.state for s in result.states] == ["skipped"], [(s.state, s.error) for s in result.states]

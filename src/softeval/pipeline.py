@@ -208,10 +208,12 @@ def progress_bar(console: Console) -> Progress:
                     TimeRemainingColumn(), console=console, transient=False)
 
 
-def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[dict]:
+def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=None) -> list[dict]:
     """Score every requested method; returns the results of each (skipped finished runs included).
 
     ``lm``: an already loaded model to use instead of loading ``config.model`` (library use, tests).
+    ``on_skip(method)``: told of each method whose run was found finished (by another process, too) and
+    skipped.
     """
     console = console or Console(stderr=True)
     job = Job(config, console, _lm=lm)
@@ -232,6 +234,8 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None) -> list[
                               style="dim", markup=False)
                 folder.index()  # a process killed between the rename and the index left it out
                 results.append(folder.finished_results())
+                if on_skip is not None:
+                    on_skip(method)
                 continue
             results.append(run_method(job, method, folder, identity))
     return results

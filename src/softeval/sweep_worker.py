@@ -74,11 +74,12 @@ class SweepWorker:
         with open(log_path, "a", encoding="utf-8") as log:
             console = Console(file=log, width=120, force_terminal=False)
             console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
+            skipped: list[str] = []  # finished by another process while this job waited for its lock
             try:
-                results = run_job(config, console=console, lm=self.lm)
+                results = run_job(config, console=console, lm=self.lm, on_skip=skipped.append)
             except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
                 return {"error": one_line(err), "seconds": round(time.time() - started, 2), "pid": os.getpid()}
         result = results[0]
-        return {"skipped": False, "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,
+        return {"skipped": bool(skipped), "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,
                 "pid": os.getpid(), "accuracy": (result.get("metrics", {}).get("accuracy") or {}).get("value")}
