@@ -412,3 +412,17 @@ def test_a_run_another_process_finished_while_the_job_waited_is_reported_skipped
     thread.join(30)
 
     assert [s.state for s in result.states] == ["skipped"], [(s.state, s.error) for s in result.states]
+
+
+
+def test_yaml_merge_keys_share_options_and_an_explicit_key_overrides_the_merged_one(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    models = ("models:\n  - &small {name: gemma-3-270m, steps: 5, limit: 3}\n"
+              "  - {<<: *small, name: smollm2-135m-instruct, steps: 9}\n")
+    path.write_text("out: out\ntasks: [mmlu]\nmethods: [soft-prompt]\n" + models)
+    sweep = load_sweep(path)
+    assert [(j.model.label, j.config.steps, j.config.limit) for j in sweep.jobs] == [
+        ("gemma-3-270m", 5, 3), ("smollm2-135m-instruct", 9, 3)]
+    path.write_text("out: out\ntasks: [mmlu]\n" + models.replace("steps: 9}", "steps: 9, steps: 10}"))
+    assert cli.main(["sweep", str(path)]) == 2  # a key given twice beside a merge is still refused
+    assert "key 'steps' is given twice" in one_error(capsys.readouterr().err)

@@ -146,11 +146,14 @@ def load_sweep(path: str | Path) -> Sweep:
 
 class _StrictLoader(yaml.SafeLoader):
     """yaml.safe_load, except that a key given twice in one mapping is an error (YAML keeps the last one
-    silently, so `steps: 80` further down would quietly win)."""
+    silently, so `steps: 80` further down would quietly win). Merge keys (``<<: *shared``) work as in
+    yaml.safe_load: a key written in the mapping overrides the merged one."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # merged in (and checked) by the base class
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
                 raise yaml.constructor.ConstructorError(
