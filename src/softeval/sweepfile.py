@@ -13,6 +13,7 @@ specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -325,8 +326,8 @@ def _model(entry: Any, where: str, here: Path) -> ModelEntry:
             raise UserError(f"{at}: resources must be a mapping of gpus, cpus, memory_gb")
         _check_keys(given, RESOURCE_KEYS, f"{at}, resources")
         for key, value in given.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise UserError(f"{at}: resources.{key} must be a number >= 0, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {value!r}")
         resources = replace(resources, **{k: float(v) for k, v in given.items()})
         if resources.gpus is not None and resources.gpus > 1 and resources.gpus != int(resources.gpus):
             raise UserError(f"{at}: resources.gpus above 1 must be a whole number, not {resources.gpus:g}")
