@@ -260,6 +260,8 @@ def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, a
     ({"retries": -1}, "'retries' must be a whole number >= 0"),
     ({"out": 5}, "'out' must name a folder"),
     ({"tasks": ["missing.yaml"]}, "task file not found"),
+    ({"source": "missing.jsonl"}, "missing.jsonl: data file not found (give offline, hub or a data file)"),
+    ({"tasks": [{"name": "mmlu", "source": "data/"}]}, "/data: data file not found"),
 ])
 def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, message):
     spec = {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"], **change}

@@ -112,6 +112,11 @@ def check_out(out: str) -> None:
         raise UserError(f"--out {out}: cannot write under {existing} (permission denied)")
 
 
+def is_data_file(source: str) -> bool:
+    """Whether a --source names a local data file (anything but offline, hub and hub:CONFIG)."""
+    return source not in ("offline", "hub") and not source.startswith("hub:")
+
+
 def check_config(cfg, model_given: bool = False) -> None:
     """Every option of a ``pipeline.RunConfig``; the first bad one is a UserError. ``model_given``: the
     caller passes a loaded model, so ``cfg.model`` is only a label."""
@@ -136,6 +141,8 @@ def check_config(cfg, model_given: bool = False) -> None:
         raise UserError(f"unknown --kind {cfg.kind!r}: use base or post-trained")
     if not isinstance(cfg.source, str) or not cfg.source.strip():
         raise UserError("--source must be offline, hub or a data file")
+    if is_data_file(cfg.source) and not Path(cfg.source).is_file():
+        raise UserError(f"--source {cfg.source}: data file not found (give offline, hub or a data file)")
     check_device(cfg.device)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     check_out(cfg.out)

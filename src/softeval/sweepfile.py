@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from softeval.checks import is_data_file
 from softeval.errors import UserError
 from softeval.pipeline import RunConfig
 from softeval.protocol import METHODS
@@ -280,7 +281,7 @@ def _options(entry: dict, where: str, here: Path) -> dict[str, Any]:
             raise UserError(f"{where}: '{key}' must be {' or '.join(_type_name(t) for t in types)}, not {value!r}")
         options[key] = float(value) if key == "lr" else value
     source = options.get("source")
-    if source is not None and source not in ("offline", "hub") and not source.startswith("hub:"):
+    if source is not None and is_data_file(source):
         options["source"] = str(_resolve(here, source))
     if "methods" in entry:
         methods = _list(entry["methods"], "methods", where)
