@@ -195,3 +195,79 @@ def test_an_interrupted_run_with_a_damaged_config_is_dropped_with_one_reason(toy
     out = " ".join(capsys.readouterr().err.split())
     assert "its config.json is damaged" in out and "not recorded" not in out
     assert (done / "results.json").is_file()
+
+
+def test_a_checkpoint_is_compared_by_its_fingerprint_when_both_records_carry_one():
+    """The one rule (runs.identity_diff): both fingerprinted, the path is not identity; either one from
+    before fingerprints, the path is compared as it was."""
+    from softeval.runs import FINGERPRINT, identity_diff
+
+    old = {"model": "/a/run/checkpoint-5", "method": "zero-shot", FINGERPRINT: "f" * 64}
+    assert identity_diff(old, {**old, "model": "/b/moved/checkpoint-5"}) == []
+    [line] = identity_diff(old, {**old, FINGERPRINT: "e" * 64})
+    assert line.startswith(f"{FINGERPRINT}: the contents of checkpoint /a/run/checkpoint-5 differ")
+    [line] = identity_diff(old, {**old, "model": "/b/checkpoint-5", FINGERPRINT: "e" * 64})
+    assert "checkpoint /b/checkpoint-5 differ from those of /a/run/checkpoint-5" in line
+    before = {"model": "/a/run/checkpoint-5", "method": "zero-shot"}  # recorded before fingerprints
+    assert identity_diff(before, old) == []
+    assert identity_diff(before, {**old, "model": "/b/checkpoint-5"}) == [
+        "model: '/a/run/checkpoint-5' -> '/b/checkpoint-5'"]
+
+
+def _series_checkpoint(folder: Path, seed: int = 0) -> Path:
+    from tiny import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tiny_model(len(tok), seed=seed).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_a_run_recorded_before_fingerprints_resumes_in_place_and_is_refused_elsewhere(toy, tmp_path):
+    import shutil
+
+    from softeval.errors import UserError
+    from softeval.runs import FINGERPRINT
+
+    ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
+    out = tmp_path / "out"
+    first = run_job(_toy(out, model=str(ckpt), series="run", step=5), lm=tiny_lm())[0]
+    assert isinstance(first["config"][FINGERPRINT], str)
+    path = out / "run--checkpoint-5/toyformat/zero-shot/seed0/results.json"
+    results = json.loads(path.read_text())
+    del results["config"][FINGERPRINT]  # as written by a softeval that did not fingerprint checkpoints
+    path.write_text(json.dumps(results))
+    again = run_job(_toy(out, model=str(ckpt), series="run", step=5), lm=tiny_lm())[0]
+    assert again["finished_at"] == first["finished_at"]  # in place: finished
+    moved = tmp_path / "moved" / "run" / "checkpoint-5"
+    moved.parent.parent.mkdir()
+    shutil.move(tmp_path / "run", moved.parent)
+    with pytest.raises(UserError, match=r"other settings.*model: '.*/run/checkpoint-5' -> '.*/moved/run/checkpoint-5'"):
+        run_job(_toy(out, model=str(moved), series="run", step=5), lm=tiny_lm())
+
+
+def test_an_interrupted_series_run_resumes_from_a_moved_folder(toy, tmp_path):
+    """The .partial folder's identity and the tuning checkpoint's follow the same rule: a series folder moved
+    while a run of it was interrupted keeps its saved work."""
+    import shutil
+
+    from softeval.pipeline import run_folder
+    from softeval.runs import identity_of
+
+    ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
+    config = _toy(tmp_path / "out", model=str(ckpt), series="run", step=5, methods=("soft-prompt",))
+    folder, identity = run_folder(config, "soft-prompt")
+    folder.start(identity)
+    (folder.partial / "outputs.jsonl").write_text("")
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    moved = replace_model(config, str(tmp_path / "moved" / "checkpoint-5"))
+    logged = []
+    folder.start(run_folder(moved, "soft-prompt")[1], log=logged.append)
+    assert logged == [] and (folder.partial / "outputs.jsonl").exists()
+    assert identity_of(run_folder(moved, "soft-prompt")[1]) == identity_of(identity)  # what tune_state.json records
+
+
+def replace_model(config: RunConfig, model: str) -> RunConfig:
+    from dataclasses import replace
+
+    return replace(config, model=model)

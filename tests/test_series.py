@@ -102,3 +102,95 @@ def test_series_report_has_a_curve_per_series_and_task(tmp_path):
     section = page[page.index("Training runs (series)"):]
     assert "<h3>r · facts</h3>" in section and section.count('<td class="num">300</td>') == 1
     assert "10 steps, 1s (from step 200)" in section and "data:image/svg+xml" in section
+
+
+def _checkpoint(folder, seed=0):
+    from tiny import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tiny_model(len(tok), seed=seed).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_the_fingerdigestis_what_the_folder_holds_not_where_it_lies(tmp_path):
+    import shutil
+
+    from softeval.series import checkpoint_fingerprint
+
+    first = _checkpoint(tmp_path / "a" / "checkpoint-500")
+    digest = checkpoint_fingerprint(first)
+    copy = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(first, copy)
+    assert checkpoint_fingerprint(copy) == digest  # copied (or moved, renamed): the same checkpoint
+    # Trainer leftovers are not what is scored (and are often deleted after training).
+    (copy / "optimizer.pt").write_bytes(b"adam" * 1000)
+    (copy / "trainer_state.json").write_text('{"global_step": 500}')
+    (copy / "rng_state.pth").write_bytes(b"rng")
+    assert checkpoint_fingerprint(copy) == digest
+    # One weight byte in the first MiB: another checkpoint.
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 1
+    weights.write_bytes(bytes(data))
+    assert checkpoint_fingerprint(copy) != digest
+    # Another training run saved under the same folder names: another checkpoint.
+    assert checkpoint_fingerprint(_checkpoint(tmp_path / "b" / "checkpoint-500", seed=1)) != digest
+    assert checkpoint_fingerprint(tmp_path / "missing") is None
+
+
+def test_the_fingerdigestreads_a_large_weight_file_only_at_its_ends(tmp_path, monkeypatch):
+    """A 70B checkpoint is not read whole each time a sweep checks what is finished: a large file gives its
+    first and last MiB (a sparse 3 GiB file here; the reads are counted)."""
+    import builtins
+
+    from softeval import series
+
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    big = folder / "model-00001-of-00002.safetensors"
+    with open(big, "wb") as f:
+        f.truncate(3 * 2**30)
+    read = []
+    real_open = builtins.open
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            read.append(len(data))
+            return data
+
+        def seek(self, *a):
+            return self.f.seek(*a)
+
+    monkeypatch.setattr(builtins, "open", lambda *a, **kw: Counting(real_open(*a, **kw)))
+    before = series.checkpoint_fingerprint(folder)
+    assert sum(read) <= 2 * 2**20 + 2
+    monkeypatch.setattr(builtins, "open", real_open)
+    with open(big, "r+b") as f:  # a byte in the last MiB
+        f.seek(3 * 2**30 - 10)
+        f.write(b"\1")
+    assert series.checkpoint_fingerprint(folder) != before
+
+
+def test_reports_group_a_checkpoint_by_series_and_step_not_by_its_path(tmp_path):
+    """A checkpoint scored before its series folder moved and after it has two paths: one model in the
+    knowledge section and the paired tests."""
+    from pathlib import Path
+
+    from softeval.index import Run
+
+    before = Run(Path("a"), "a", {"model": "/old/ckpts/checkpoint-5", "series": "ckpts", "step": 5})
+    after = Run(Path("b"), "b", {"model": "/new/ckpts/checkpoint-5", "series": "ckpts", "step": 5})
+    plain = Run(Path("c"), "c", {"model": "org/m", "series": None, "step": None})
+    assert before.model_key == after.model_key == "ckpts@5" and plain.model_key == "org/m"

@@ -87,3 +87,72 @@ def test_track_dry_run_lists_the_checkpoints_in_step_order(trained_series, tmp_p
     at = [text.index(f"run@{s}") for s in (100, 200, 300, 400)]
     assert at == sorted(at)
     assert not (tmp_path / "out").exists()
+
+
+def _random_checkpoints(folder: Path, steps, seed: int = 0) -> None:
+    from tiny import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    for step in steps:
+        tiny_model(len(tok), seed=seed + step).save_pretrained(folder / f"checkpoint-{step}")
+        tok.save_pretrained(folder / f"checkpoint-{step}")
+
+
+def _small(task: Path, out: Path) -> list[str]:
+    return ["--task", str(task), "--out", str(out), "--method", "zero-shot,soft-prompt", "--limit", "4",
+            "--steps", "2", "--tokens", "2", "--shots", "1", "--batch-size", "4", "--eval-batch-size", "4",
+            "--curve-every", "100", "--curve-items", "4"]
+
+
+def test_a_moved_series_folder_resumes_and_runs_only_the_checkpoints_added_since(ray_cluster, tmp_path, capsys):
+    """A checkpoint is what its folder holds (its fingerprint), not where it lies: the series folder moved, and
+    renamed with its old name given by --name, is the same series, so a rerun skips what is finished instead
+    of refusing every run (exit 2) or starting a second series."""
+    import shutil
+
+    from test_sweep import write_tasks
+
+    from softeval import index
+
+    task = tmp_path / write_tasks(tmp_path)[0]
+    _random_checkpoints(tmp_path / "ckpts", (100, 200))
+    out = tmp_path / "out"
+    small = _small(task, out)
+    assert main(["track", str(tmp_path / "ckpts"), *small]) == 0
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("results.json")}
+    assert len(stamps) == 4
+
+    moved = tmp_path / "elsewhere" / "renamed"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "ckpts", moved)
+    _random_checkpoints(moved, (300,))
+    capsys.readouterr()
+    assert main(["track", str(moved), "--name", "ckpts", *small]) == 0, capsys.readouterr().err
+    assert "2 done, 4 skipped" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the finished checkpoints were not run again
+    rows = index.list_runs(out)
+    assert sorted((r["series"], r["step"], r["method"]) for r in rows) == [
+        ("ckpts", s, m) for s in (100, 200, 300) for m in ("soft-prompt", "zero-shot")]
+    late = json.loads((out / "ckpts--checkpoint-300" / task.name / "soft-prompt" / "seed0" / "results.json").read_text())
+    assert late["tuning"]["init_from"]["step"] == 200  # warm-started from the checkpoint run before the move
+    assert late["model"] == str(moved / "checkpoint-300")
+
+
+def test_another_training_run_with_the_same_folder_names_is_refused_never_skipped(ray_cluster, tmp_path, capsys):
+    """`output/checkpoint-100` of two training runs into one --out: same run folders, other weights. The second
+    is refused with the checkpoint named; reporting the first run's numbers for it would be silently wrong."""
+    from test_sweep import write_tasks
+
+    task = tmp_path / write_tasks(tmp_path)[0]
+    out = tmp_path / "out"
+    small = [*_small(task, out), "--method", "zero-shot"]
+    _random_checkpoints(tmp_path / "a" / "output", (100,), seed=0)
+    assert main(["track", str(tmp_path / "a" / "output"), *small]) == 0
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("results.json")}
+    _random_checkpoints(tmp_path / "b" / "output", (100,), seed=7)
+    capsys.readouterr()
+    assert main(["track", str(tmp_path / "b" / "output"), *small]) == 2
+    err = capsys.readouterr().err
+    assert "a finished run with other settings" in err and "output--checkpoint-100" in err
+    assert f"the contents of checkpoint {tmp_path / 'b' / 'output' / 'checkpoint-100'} differ" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps

@@ -246,7 +246,7 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[Paire
         raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
     first: dict[tuple[str, str, str], Run] = {}
     for run in sorted(runs, key=lambda r: r.seed):
-        first.setdefault((run.task, run.model, run.method), run)
+        first.setdefault((run.task, run.model_key, run.method), run)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in first}):
         for a, b in PAIRED:

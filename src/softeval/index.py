@@ -100,6 +100,12 @@ class Run:
     def step(self) -> int | None:
         return self.results.get("step")
 
+    @property
+    def model_key(self) -> str:
+        """The model as reports group its runs: the name it was run under; for a checkpoint of a series,
+        ``<series>@<step>`` (its folder may have moved between two of its runs, so its path is not one)."""
+        return f"{self.series}@{self.step}" if self.series is not None else self.model
+
     def metric(self, name: str) -> dict[str, Any] | None:
         """The metric's {value, ci_low, ci_high, n} object, or None when the run lacks it."""
         value = self.results["metrics"].get(name)

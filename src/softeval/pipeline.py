@@ -33,7 +33,7 @@ from softeval.metrics import aggregate, answer_counts
 from softeval.models import BASE, load_model
 from softeval.prompting import Prompter, pick_shots, use_chat_template
 from softeval.protocol import METHODS
-from softeval.runs import RunFolder, git_hash, identity_of, now, versions
+from softeval.runs import FINGERPRINT, RunFolder, git_hash, identity_of, now, versions
 from softeval.scoring import (
     add_cloze,
     add_letter_loglik,
@@ -91,6 +91,10 @@ class RunConfig:
         if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
             data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
+        if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
+            from softeval.series import checkpoint_fingerprint
+
+            data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
         return data
 
 

@@ -173,8 +173,8 @@ def _knowledge_section(runs: list[Run]) -> str:
         task_runs = [r for r in runs if r.task == task]
         first: dict[tuple[str, str], Run] = {}
         for run in sorted(task_runs, key=lambda r: r.seed):
-            first.setdefault((run.model, run.method), run)
-        models = sorted({r.model for r in task_runs})
+            first.setdefault((run.model_key, run.method), run)
+        models = sorted({r.model_key for r in task_runs})
         rows, bars = [], []
         for model in models:
             values = {}

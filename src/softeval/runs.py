@@ -33,7 +33,7 @@ NOT_IDENTITY = (
     "out",    # where the folders go; moving a runs folder keeps its runs
     "force",  # whether to replace a finished run: decides what happens, not what is computed
     "wait",   # whether to wait for another process writing the run
-    "series",  # a label: the checkpoint (the model path) is what is scored; the series groups it in reports
+    "series",  # a label: the checkpoint (its fingerprint, or its path: FINGERPRINT) is what is scored
     "step",    # the checkpoint's training step: a label of the model, like the series
 )
 # Options that only some methods read: a run of any other method cannot depend on them, so they are
@@ -51,26 +51,55 @@ BEFORE_RECORDED = {"early_stop": False, "permutations": 0}
 NOT_RECORDED = "not recorded"
 
 
-def identity_of(options: dict) -> dict:
+# A checkpoint of a series also records this: series.checkpoint_fingerprint of its folder, what it holds
+# rather than where it lies. Two records that both carry it are the same checkpoint exactly when it is
+# equal, wherever the folder was (`model`, its path, is then left out of the identity: a moved or renamed
+# series folder keeps its runs); when either lacks it (a run recorded before it existed), the path is
+# compared as it was. The one place of that rule: identity_of and identity_diff.
+FINGERPRINT = "model_fingerprint"
+
+
+def fingerprinted(options: dict) -> bool:
+    """Whether ``options`` identify the model by its fingerprint (a checkpoint of a series)."""
+    return isinstance(options.get(FINGERPRINT), str)
+
+
+def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
     """The part of a run's options that defines it: all but NOT_IDENTITY and the options its method
-    does not read (READ_ONLY_BY; a record without a method keeps them all)."""
+    does not read (READ_ONLY_BY; a record without a method keeps them all). The model is its
+    fingerprint (FINGERPRINT) and not its path when ``by_fingerprint`` (default: when ``options``
+    carry one), else its path; identity_diff decides it for two records."""
+    if by_fingerprint is None:
+        by_fingerprint = fingerprinted(options)
     method = options.get("method")
-    return {k: v for k, v in options.items() if k not in NOT_IDENTITY
+    left_out = "model" if by_fingerprint else FINGERPRINT
+    return {k: v for k, v in options.items() if k not in NOT_IDENTITY and k != left_out
             and (method is None or method in READ_ONLY_BY.get(k, (method,)))}
 
 
 def identity_diff(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for each identity option that differs; an option a run did not record (it
     was written before the option existed) counts as different, its effect then being unknown, unless
-    BEFORE_RECORDED says what value the run had in effect."""
-    old, new = identity_of({**BEFORE_RECORDED, **old}), identity_of({**BEFORE_RECORDED, **new})
+    BEFORE_RECORDED says what value the run had in effect. A checkpoint is compared by its fingerprint
+    when both records carry one, else by its path (FINGERPRINT)."""
+    by_fingerprint = fingerprinted(old) and fingerprinted(new)
+    paths = old.get("model"), new.get("model")
+    old = identity_of({**BEFORE_RECORDED, **old}, by_fingerprint)
+    new = identity_of({**BEFORE_RECORDED, **new}, by_fingerprint)
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
 
+    def line(key: str) -> str:
+        if key == FINGERPRINT and key in old and key in new:
+            was = "what they were when the run scored it" if paths[0] == paths[1] \
+                else f"those of {paths[0]}, which the run scored"
+            return (f"{key}: the contents of checkpoint {paths[1]} differ from {was} "
+                    f"({old[key][:12]}… -> {new[key][:12]}…)")
+        return f"{key}: {show(old, key)} -> {show(new, key)}"
+
     keys = list(new) + [k for k in old if k not in new]
-    return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in keys
-            if k not in old or k not in new or old[k] != new[k]]
+    return [line(k) for k in keys if k not in old or k not in new or old[k] != new[k]]
 
 
 _FILE_SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
