@@ -317,7 +317,27 @@ def test_a_finished_run_with_other_settings_in_out_stops_the_sweep_before_ray(tm
     monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("started Ray"))
     path = write_sweep(tmp_path, {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"]})
     assert cli.main(["sweep", str(path)]) == 2
-    assert "a finished run with other settings is at" in one_error(capsys.readouterr().err)
+    err = one_error(capsys.readouterr().err)
+    assert "a finished run with other settings is at" in err
+    assert "--force" not in err and "Set another 'out' in the sweep file" in err  # a fix a sweep has
+
+
+def test_a_worker_finding_a_run_with_other_settings_suggests_its_commands_fix(tmp_path):
+    """The worker checks again before it runs a job (another process may have written it since): its error
+    names a fix of the command in use, never `softeval run`'s --force."""
+    from runfactory import write_run
+
+    from softeval.pipeline import RunConfig
+    from softeval.sweep_worker import SweepWorker
+
+    run = write_run(tmp_path / "out", "gemma-3-270m", "mmlu", "zero-shot", [True, False])
+    config = RunConfig(model="gemma-3-270m", task="mmlu", methods=("zero-shot",), out=str(tmp_path / "out"))
+    results = json.loads((run / "results.json").read_text())
+    results["config"] = {**config.options("zero-shot"), "limit": 2}
+    (run / "results.json").write_text(json.dumps(results))
+    answer = SweepWorker().run(config, str(tmp_path / "log"), "track")
+    assert "a finished run with other settings" in answer["error"] and "--force" not in answer["error"]
+    assert "Pass --out to write elsewhere or --name" in answer["error"]
 
 
 def test_a_job_whose_worker_dies_more_often_than_its_retries_is_failed(ray_cluster, assets, tmp_path):

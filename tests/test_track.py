@@ -155,4 +155,5 @@ def test_another_training_run_with_the_same_folder_names_is_refused_never_skippe
     err = capsys.readouterr().err
     assert "a finished run with other settings" in err and "output--checkpoint-100" in err
     assert f"the contents of checkpoint {tmp_path / 'b' / 'output' / 'checkpoint-100'} differ" in err
+    assert "--force" not in err and "--name to track it as another series" in err  # track has no --force
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps

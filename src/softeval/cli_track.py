@@ -76,7 +76,7 @@ def cmd_track(args: argparse.Namespace) -> int:
 
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
-    sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track")
+    sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track", command="track")
     if args.dry_run:
         print_plan(table_console(), sweep, plan(sweep))
         return 0

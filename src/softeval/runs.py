@@ -237,8 +237,7 @@ class RunFolder:
         recorded = done.get("config")
         diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
         if diff:
-            raise UserError(f"a finished run with other settings is at {self.final} ({'; '.join(diff)}). "
-                            "Pass --force to replace it, or --out to write elsewhere.")
+            raise OtherSettings(self.final, diff)
 
     def start(self, config: dict | None = None, log=None) -> Path:
         """The partial folder to write into. A partial folder left by an interrupted run with the same
@@ -298,6 +297,30 @@ class RunFolder:
         except Exception as err:
             _stderr(f"warning: could not add {self.final} to the runs index ({err}); "
                     f"run `{index.rebuild_command(self.out)}`")
+
+
+# What a user can do about a finished run with other settings, by the command that found it: only what
+# that command has (`softeval sweep` and `track` have no --force).
+FIXES = {
+    "run": "Pass --force to replace it, or --out to write elsewhere.",
+    "sweep": "Set another 'out' in the sweep file to write elsewhere (for a series, another 'name' also "
+             "does), or remove that run folder to run it again.",
+    "track": "Pass --out to write elsewhere or --name to track it as another series, or remove that run "
+             "folder to run it again.",
+}
+
+
+class OtherSettings(UserError):
+    """A finished run with another identity where a run would go; the one message for it, with the fix
+    of the command in use (FIXES: ``softeval run``, ``tune`` and ``eval`` by default)."""
+
+    def __init__(self, final: Path, diff: list[str], command: str = "run"):
+        self.final, self.diff, self.command = final, diff, command
+        super().__init__(f"a finished run with other settings is at {final} ({'; '.join(diff)}). {FIXES[command]}")
+
+    def said_by(self, command: str) -> OtherSettings:
+        """The same refusal, with the fix of ``command`` (a key of FIXES)."""
+        return OtherSettings(self.final, self.diff, command)
 
 
 def _stderr(message: str) -> None:

@@ -67,12 +67,16 @@ def plan(sweep: Sweep) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
     a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
     from softeval.pipeline import is_finished, run_folder
+    from softeval.runs import OtherSettings
 
     states = []
     for job in sweep.jobs:
         folder, _ = run_folder(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
-        done = config is not None and is_finished(config, job.method)
+        try:
+            done = config is not None and is_finished(config, job.method)
+        except OtherSettings as err:
+            raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
     return states
 
@@ -280,7 +284,7 @@ class _Scheduler:
             return
         self.any_job_started = True
         log = self.log_dir / f"{slug(state.job.model.queue)}.log"
-        self.calls[worker.actor.run.remote(config, str(log))] = (worker, state)
+        self.calls[worker.actor.run.remote(config, str(log), self.sweep.command)] = (worker, state)
         self.view.running(state, worker.info)
 
     def _on_job(self, ref, worker: Worker, state: JobState) -> None:

@@ -52,16 +52,21 @@ class SweepWorker:
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
                 "host": socket.gethostname(), "out_error": probe_writable(out)}
 
-    def run(self, config, log_path: str) -> dict:
-        """Run one job (a RunConfig with one method and one seed); its log goes to ``log_path``."""
+    def run(self, config, log_path: str, command: str = "sweep") -> dict:
+        """Run one job (a RunConfig with one method and one seed); its log goes to ``log_path``.
+        ``command`` (sweep or track) picks the fix an error suggests (runs.FIXES)."""
         from rich.console import Console
 
         from softeval.pipeline import is_finished, load_lm, run_job
+        from softeval.runs import OtherSettings
 
         started = time.time()
         method = config.methods[0]
-        if is_finished(config, method):  # finished since the driver looked: never run twice
-            return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
+        try:
+            if is_finished(config, method):  # finished since the driver looked: never run twice
+                return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
+        except OtherSettings as err:
+            return {"error": one_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
         key = (config.model, config.device, config.dtype, config.kind)
         loaded_in = None
         if self.key != key:
@@ -79,6 +84,8 @@ class SweepWorker:
                 results = run_job(config, console=console, lm=self.lm, on_skip=skipped.append)
             except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
+                if isinstance(err, OtherSettings):
+                    err = err.said_by(command)
                 return {"error": one_line(err), "seconds": round(time.time() - started, 2), "pid": os.getpid()}
         result = results[0]
         return {"skipped": bool(skipped), "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,

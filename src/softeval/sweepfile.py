@@ -126,6 +126,7 @@ class Sweep:
     tasks: list[TaskEntry]
     jobs: list[SweepJob]
     retries: int = DEFAULT_RETRIES
+    command: str = "sweep"  # the command that runs it, for the fixes its errors suggest (runs.FIXES)
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -165,9 +166,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_sweep(spec: Any, path: Path, where: str | None = None) -> Sweep:
+def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = "sweep") -> Sweep:
     """``path``: the file (relative paths in it are relative to its folder); ``where``: how errors
-    name it (default: 'sweep file PATH')."""
+    name it (default: 'sweep file PATH'); ``command``: ``sweep`` or ``track`` (Sweep.command)."""
     where = where or f"sweep file {path}"
     if not isinstance(spec, dict):
         raise UserError(f"{where}: expected a mapping with models, tasks and out")
@@ -219,7 +220,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None) -> Sweep:
                         previous[key] = job
                     jobs.append(job)
     _one_writer_per_folder(jobs, where)
-    return Sweep(path, out, models, tasks, jobs, retries)
+    return Sweep(path, out, models, tasks, jobs, retries, command)
 
 
 def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
