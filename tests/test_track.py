@@ -73,7 +73,11 @@ def test_series_entries_in_a_sweep_file(trained_series, tmp_path):
     for bad, message in [({"series": str(folder), "name": "late"}, "two series are named 'late'"),
                          ({"series": str(folder), "warm_start": "yes"}, "warm_start must be previous or none"),
                          ({"series": str(folder), "post_trained": "x"}, "unknown key 'post_trained'"),
-                         ({"series": str(tmp_path)}, "no checkpoint folders")]:
+                         ({"series": str(tmp_path)}, "no checkpoint folders"),
+                         ({"series": str(folder), "name": 5}, r"'name' must be text .*, not 5$"),
+                         ({"checkpoints": [str(folder / "checkpoint-100")], "name": 5}, r"'name' must be text .*not 5$"),
+                         ({"checkpoints": [str(folder / "checkpoint-100")], "name": " "}, "'name' must be text"),
+                         ({"checkpoints": [str(folder / "checkpoint-100")]}, "given as 'checkpoints' needs a 'name'")]:
         with pytest.raises(UserError, match=message):
             parse_sweep({**spec, "models": [spec["models"][0], bad]}, tmp_path / "s.yaml")
     with pytest.raises(UserError, match="two series are named 'run'"):

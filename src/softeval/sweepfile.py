@@ -345,6 +345,8 @@ def _series(entry: dict, where: str, here: Path) -> list[ModelEntry]:
     given = entry.get("series")
     if "series" in entry and (not isinstance(given, str) or not given.strip()):
         raise UserError(f"{where}: 'series' must name a folder of checkpoints, not {given!r}")
+    if "name" in entry and (not isinstance(entry["name"], str) or not entry["name"].strip()):
+        raise UserError(f"{where}: a series' 'name' must be text (quote it if it is a number), not {entry['name']!r}")
     name = entry.get("name", Path(given.rstrip("/")).name if given else None)
     if not isinstance(name, str) or not name.strip():
         raise UserError(f"{where}: a series given as 'checkpoints' needs a 'name'")
