@@ -249,6 +249,9 @@ def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, a
     ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": 1.5}}]}, "gpus above 1 must be a whole number"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": -1}}]}, "resources.cpus must be a finite number >= 0"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": float("nan")}}]}, "resources.gpus must be a finite number"),
+    ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": 0}}]},
+     "resources.cpus 0 reserves no CPU, so nothing bounds how many workers run at once"),
+    ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0}}]}, "resources.cpus 0 reserves no CPU"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"memory_gb": float("inf")}}]},
      "resources.memory_gb must be a finite number >= 0"),
     ({"seeds": ["0"]}, "'seeds' must be distinct whole numbers"),
@@ -270,6 +273,13 @@ def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, messa
     err = one_error(capsys.readouterr().err)
     assert message in err and str(path) in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_cpus_0_is_allowed_where_a_gpu_bounds_the_workers(tmp_path):
+    from softeval.sweepfile import parse_sweep
+
+    spec = {"out": "out", "models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0.5}}], "tasks": ["mmlu"]}
+    assert parse_sweep(spec, tmp_path / "s.yaml").models[0].resources.cpus == 0
 
 
 @pytest.mark.parametrize("text, message", [

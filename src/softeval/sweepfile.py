@@ -331,6 +331,9 @@ def _model(entry: Any, where: str, here: Path) -> ModelEntry:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {value!r}")
         resources = replace(resources, **{k: float(v) for k, v in given.items()})
+        if resources.cpus == 0 and not (resources.gpus or 0) > 0:  # Ray: an actor reserving 0 CPUs is bounded by nothing else
+            raise UserError(f"{at}: resources.cpus 0 reserves no CPU, so nothing bounds how many workers run at once: "
+                            "give cpus > 0 (or gpus > 0, which then bounds them)")
         if resources.gpus is not None and resources.gpus > 1 and resources.gpus != int(resources.gpus):
             raise UserError(f"{at}: resources.gpus above 1 must be a whole number, not {resources.gpus:g}")
     return ModelEntry(name, label, kind, partner, resources, _options(entry, at, here))
