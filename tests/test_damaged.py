@@ -160,3 +160,16 @@ def test_the_sweeps_finished_check_changes_nothing(tmp_path, monkeypatch):
     before = sorted(p.name for p in run.parent.iterdir())
     assert not is_finished(cfg, "zero-shot")
     assert sorted(p.name for p in run.parent.iterdir()) == before and (run / "results.json").exists()
+
+
+def test_an_emptied_index_is_rebuilt_from_the_folders_not_listed_as_no_runs(tmp_path, capsys, monkeypatch):
+    """A 0-byte index.sqlite (a truncated file) is a valid empty database to SQLite: `softeval runs`
+    must not answer '0 finished runs' while the folders hold runs."""
+    monkeypatch.setenv("COLUMNS", "300")
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    index.rebuild(tmp_path)
+    for extra in ("-wal", "-shm"):
+        Path(f"{tmp_path / index.INDEX_NAME}{extra}").unlink(missing_ok=True)
+    (tmp_path / index.INDEX_NAME).write_bytes(b"")
+    code, out, err = _runs(["runs", str(tmp_path)], capsys)
+    assert code == 0 and "model-a" in out and "1 finished runs" in out

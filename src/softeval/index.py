@@ -390,7 +390,7 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     is told); a run whose folder is gone is dropped too. Listing costs one stat per file, not a read.
     """
     out_root = Path(out_root)
-    if not (out_root / INDEX_NAME).exists():
+    if _unbuilt(out_root):
         for path, why in rebuild(out_root).skipped:
             if on_skip:
                 on_skip(path, why)
@@ -424,6 +424,15 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
             for path in gone:
                 conn.execute("DELETE FROM runs WHERE path = ?", (path,))
     return runs
+
+
+def _unbuilt(out_root: Path) -> bool:
+    """No index yet, or an empty file where it should be (a truncated index.sqlite is a valid empty
+    database to SQLite, which would list no runs at all): built from the folders first."""
+    try:
+        return (out_root / INDEX_NAME).stat().st_size == 0
+    except FileNotFoundError:
+        return True
 
 
 def _stamp(run_dir: Path) -> str | None:
