@@ -173,3 +173,23 @@ def test_an_emptied_index_is_rebuilt_from_the_folders_not_listed_as_no_runs(tmp_
     (tmp_path / index.INDEX_NAME).write_bytes(b"")
     code, out, err = _runs(["runs", str(tmp_path)], capsys)
     assert code == 0 and "model-a" in out and "1 finished runs" in out
+
+
+@pytest.mark.parametrize("meta", [b"", b"[1]", b'"model"', b"\xff\xfe not utf-8", b'{"init": 5}'])
+def test_a_damaged_softeval_json_beside_a_soft_prompt_is_metadata_only(tmp_path, meta):
+    """softeval.json is softeval's note beside PEFT's adapter (how it was initialised, what it was
+    tuned on): the weights are what is scored, so a damaged note is read as absent, not a traceback."""
+    import torch
+    from tiny import tiny_lm
+
+    from softeval.softprompt import SOFTEVAL_META, SoftPrompt, init_record
+
+    lm = tiny_lm()
+    saved = SoftPrompt.initialise(lm, 4, "text:abc", seed=0)
+    saved.save(tmp_path, lm, {"task": "t", "seed": 0})
+    (tmp_path / SOFTEVAL_META).write_bytes(meta)
+    loaded = SoftPrompt.load(tmp_path, lm)
+    torch.testing.assert_close(loaded.weight, saved.weight, rtol=0, atol=0)
+    assert loaded.init == "vocab"
+    record = init_record(f"from:{tmp_path}")
+    assert set(record) == {"path", "sha256"}

@@ -71,14 +71,19 @@ def init_record(init: str) -> dict | None:
     if source is None:
         return None
     record = {"path": str(source.resolve()), "sha256": adapter_digest(source)}
-    meta = source / SOFTEVAL_META
-    if meta.is_file():
-        try:
-            found = json.loads(meta.read_text())
-        except json.JSONDecodeError:
-            found = {}
-        record.update({k: found[k] for k in ("model", "task", "seed", "series", "step") if k in found})
+    found = read_meta(source)
+    record.update({k: found[k] for k in ("model", "task", "seed", "series", "step") if k in found})
     return record
+
+
+def read_meta(folder: Path) -> dict:
+    """A saved soft prompt's softeval.json ({} when absent or damaged): softeval's own notes beside
+    PEFT's adapter (init, what it was tuned on); the weights, not these notes, are what is scored."""
+    try:
+        found = json.loads((Path(folder) / SOFTEVAL_META).read_bytes())
+    except (OSError, ValueError):  # missing, not JSON, not UTF-8
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 class SoftPrompt(torch.nn.Module):
@@ -180,10 +185,8 @@ class SoftPrompt(torch.nn.Module):
             )
         if not torch.isfinite(prompt).all():
             raise UserError(f"soft prompt {weights} contains NaN or infinite values")
-        init = "vocab"
-        if (folder / SOFTEVAL_META).is_file():
-            init = json.loads((folder / SOFTEVAL_META).read_text()).get("init", init)
-        return cls(prompt, init=init)
+        init = read_meta(folder).get("init")
+        return cls(prompt, init=init if isinstance(init, str) else "vocab")
 
 
 def _embed_ids(embed: torch.nn.Module, ids: list[int]) -> torch.Tensor:
