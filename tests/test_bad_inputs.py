@@ -142,6 +142,36 @@ def test_error_printer_is_one_plain_unwrapped_line():
     assert out.count("\n") == 1 and "[num_virtual_tokens, 576]" in out and out.endswith("second line third\n")
 
 
+@pytest.mark.parametrize(("weights", "message"), [
+    (b"", "cannot read soft prompt"),
+    ("torn", "cannot read soft prompt"),
+    ({"other": [4, 32]}, "not the tensor 'prompt_embeddings'"),
+    ({"prompt_embeddings": [32]}, "not [num_virtual_tokens, hidden_size]"),
+    (None, "no soft prompt at"),
+])
+def test_an_unreadable_soft_prompt_is_refused_before_the_model_loads(toy, tmp_path, capsys, weights, message):
+    """`softeval eval --soft-prompt DIR` reads the adapter's header before loading a model (a damaged
+    one used to be found only after the load), as --init from:DIR does."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "soft_prompt"
+    folder.mkdir()
+    path = folder / "adapter_model.safetensors"
+    if weights == "torn":
+        save_file({"prompt_embeddings": torch.zeros(4, 32)}, str(path))
+        path.write_bytes(path.read_bytes()[:100])
+    elif isinstance(weights, bytes):
+        path.write_bytes(weights)
+    elif weights is not None:
+        save_file({k: torch.zeros(*shape) for k, shape in weights.items()}, str(path))
+    args = ["eval", "--model", "org/model", "--task", "toyformat", "--out", str(tmp_path / "out"),
+            "--soft-prompt", str(folder)]
+    line = refused(args, capsys)
+    assert message in line and str(folder) in line
+    no_partial(tmp_path / "out")
+
+
 # ---- data files ------------------------------------------------------------------------------
 
 BAD_BYTES = b"\xff\xfe\x80 not utf-8"

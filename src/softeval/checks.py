@@ -53,7 +53,7 @@ def check_lr(value) -> None:
 def check_init(value: str, tokens: int | None = None) -> None:
     """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
     vectors; its hidden size is checked against the model once it is loaded (softprompt.initialise)."""
-    from softeval.softprompt import adapter_shape, init_source
+    from softeval.softprompt import init_source
 
     if value in ("vocab", "random"):
         return
@@ -63,16 +63,25 @@ def check_init(value: str, tokens: int | None = None) -> None:
     if source is not None and str(source):
         if not source.is_dir():
             raise UserError(f"--init {value}: no such folder (give the soft_prompt/ folder of a soft-prompt run)")
-        shape = adapter_shape(source)
-        if len(shape) != 2 or shape[0] < 1:
-            raise UserError(f"--init {value}: its prompt_embeddings have shape {shape}, not "
-                            "[num_virtual_tokens, hidden_size]")
+        shape = check_adapter(f"--init {value}", source)
         if tokens is not None and shape[0] != tokens:
             raise UserError(f"--init {value}: that soft prompt has {shape[0]} virtual tokens, the run asks for "
                             f"--tokens {tokens}: pass --tokens {shape[0]}")
         return
     raise UserError(f'--init must be vocab, random, text:"some words" or from:PATH (a saved soft prompt), '
                     f"not {value!r}")
+
+
+def check_adapter(what: str, folder: Path) -> tuple[int, ...]:
+    """The shape of the saved soft prompt in ``folder`` (read from its header, no model needed): a
+    UserError naming ``what`` when it is unreadable or not [num_virtual_tokens, hidden_size]. Its
+    hidden size is checked against the model once it is loaded (SoftPrompt.load)."""
+    from softeval.softprompt import adapter_shape
+
+    shape = adapter_shape(folder)
+    if len(shape) != 2 or shape[0] < 1:
+        raise UserError(f"{what}: its prompt_embeddings have shape {shape}, not [num_virtual_tokens, hidden_size]")
+    return shape
 
 
 def check_device(device: str) -> None:
@@ -152,5 +161,7 @@ def check_config(cfg, model_given: bool = False) -> None:
         raise UserError(f"a series must have a name, not {cfg.series!r}")
     if cfg.step is not None and (isinstance(cfg.step, bool) or not isinstance(cfg.step, int) or cfg.step < 0):
         raise UserError(f"a checkpoint's step must be a whole number >= 0, not {cfg.step!r}")
-    if cfg.soft_prompt is not None and not Path(cfg.soft_prompt).is_dir():
-        raise UserError(f"--soft-prompt {cfg.soft_prompt}: no such folder (give the folder of a saved soft prompt)")
+    if cfg.soft_prompt is not None:
+        if not Path(cfg.soft_prompt).is_dir():
+            raise UserError(f"--soft-prompt {cfg.soft_prompt}: no such folder (give the folder of a saved soft prompt)")
+        check_adapter(f"--soft-prompt {cfg.soft_prompt}", Path(cfg.soft_prompt))
