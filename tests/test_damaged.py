@@ -193,3 +193,18 @@ def test_a_damaged_softeval_json_beside_a_soft_prompt_is_metadata_only(tmp_path,
     assert loaded.init == "vocab"
     record = init_record(f"from:{tmp_path}")
     assert set(record) == {"path", "sha256"}
+
+
+@pytest.mark.parametrize("bad", [b"5", b"[]", b"null", b"\xff\xfe{}", b'{"i": 1, "id": "b", "output": 5}',
+                                 b'{"i": 1, "id": "b", "output": "x", "hit_limit": "yes"}'])
+def test_a_damaged_outputs_jsonl_line_is_scored_again_not_a_traceback(tmp_path, bad):
+    """outputs.jsonl (the resume state of an interrupted run's scoring): a damaged line's item is
+    scored again; every well-formed row of the right item is kept, after the damage too (a killed
+    append leaves a torn line that the next process's rows follow)."""
+    from softeval.pipeline import _load_done
+
+    good = {"i": 0, "id": "a", "output": "#a", "hit_limit": False}
+    later = {"i": 2, "id": "c", "output": "#c", "hit_limit": False}
+    path = tmp_path / "outputs.jsonl"
+    path.write_bytes(json.dumps(good).encode() + b"\n" + bad + b"\n" + json.dumps(later).encode() + b"\n")
+    assert _load_done(path, ["a", "b", "c"]) == {0: good, 2: later}

@@ -313,17 +313,21 @@ SAVE_EVERY = 64  # items generated between two appends to the partial folder's o
 
 
 def _load_done(path: Path, ids: list[str], needs: tuple[str, ...] = ()) -> dict[int, dict]:
-    """Outputs saved by an interrupted run, by item index (a torn last line, a row whose item is
-    not the one at its index, or one lacking a score this run needs, is dropped)."""
+    """Outputs saved by an interrupted run, by item index. A line that is not a well-formed row of
+    the item at its index (torn by a kill, not UTF-8, wrong types, lacking a score this run needs)
+    is dropped: that item is scored again."""
     done: dict[int, dict] = {}
     if path.is_file():
-        for line in path.read_text().splitlines():
+        for line in path.read_bytes().splitlines():
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                break
+            except ValueError:  # torn, or not UTF-8
+                continue
+            if not isinstance(row, dict):
+                continue
             i = row.get("i")
             if isinstance(i, int) and 0 <= i < len(ids) and row.get("id") == ids[i] \
+                    and isinstance(row.get("output"), str) and isinstance(row.get("hit_limit"), (bool, type(None))) \
                     and all(row.get(k) is not None for k in needs):
                 done[i] = row
     return done
