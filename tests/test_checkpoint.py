@@ -99,3 +99,19 @@ def test_checkpoint_of_another_run_identity_is_not_resumed(lm, tmp_path):
     result = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, identity={"model": "a", "kind": None},
                   log=said.append)
     assert "other settings" in said[0] and result.resumed_at == []
+
+
+@pytest.mark.parametrize(("key", "value"), [("step", "3"), ("step", 99), ("curve", [5]), ("seconds", None),
+                                            ("loss", "x"), ("resumed_at", None)])
+def test_checkpoint_json_with_a_wrongly_typed_entry_is_discarded(lm, tmp_path, key, value):
+    """The tensors are covered by their sha256, the JSON only by being JSON: an edited or planted
+    tune_state.json whose step, curve, loss, seconds or resumed_at is not what tuning wrote is
+    discarded (tuning afresh), not a traceback halfway through tuning."""
+    _interrupted(lm, tmp_path)
+    state = tmp_path / "tune_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), key: value}))
+    prompter, train, held = _setup(lm)
+    said = []
+    resumed = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, log=said.append)
+    assert len(said) == 1 and said[0].startswith("discarded the tuning checkpoint") and key in said[0]
+    assert resumed.resumed_at == [] and resumed.steps_run == CFG.steps and not list(tmp_path.glob("*.tmp"))

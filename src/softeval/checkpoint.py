@@ -106,12 +106,37 @@ def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         raise ValueError(f"{STATE} is not text: {err}") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ValueError(f"{STATE} is not a {FORMAT} checkpoint")
+    _check_meta(record)
     path = folder / str(record["tensors"])
-    if path.parent != folder or not path.name.startswith("tune_state-"):
-        raise ValueError(f"{STATE} names a tensor file outside the checkpoint")
+    if path.parent != folder or path.name != f"tune_state-{record['step']}.safetensors":
+        raise ValueError(f"{STATE} names a tensor file outside the checkpoint or of another step")
     if _sha256(path) != record["sha256"]:
         raise ValueError(f"{path.name} does not match the sha256 in {STATE}")
     return record, load_file(str(path))
+
+
+def _check_meta(record: dict) -> None:
+    """What ``save`` wrote beside the tensors (which their sha256 covers, unlike these): a step >= 1,
+    the curve up to it, a loss, the seconds and the steps resumed at; anything else is damage."""
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    step, curve = record.get("step"), record.get("curve")
+    if not whole(step) or step < 1:
+        raise ValueError(f"{STATE} has step {step!r}")
+    if not isinstance(curve, list) or not all(isinstance(p, dict) and whole(p.get("step")) for p in curve) \
+            or not curve or curve[-1]["step"] != step:
+        raise ValueError(f"{STATE} has a curve that does not end at its step {step}")
+    if not (record.get("loss") is None or number(record["loss"])):
+        raise ValueError(f"{STATE} has loss {record['loss']!r}")
+    if not number(record.get("seconds")) or record["seconds"] < 0:
+        raise ValueError(f"{STATE} has seconds {record.get('seconds')!r}")
+    resumed = record.get("resumed_at")
+    if not isinstance(resumed, list) or not all(whole(s) for s in resumed):
+        raise ValueError(f"{STATE} has resumed_at {resumed!r}")
 
 
 def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], soft: torch.Tensor) -> dict:
