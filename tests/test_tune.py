@@ -202,3 +202,24 @@ def test_held_out_loss_from_the_generation_prefill_equals_a_pass_of_its_own(lm, 
                               targets=targets, target_nll=nll)
     assert sum(nll) / sum(map(len, targets)) == pytest.approx(expected, rel=1e-5)
     assert outputs == engine.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache)
+
+
+def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_path):
+    """--curve-items 0 (no held-out slice, no curve scoring): the checkpoint is still written every
+    curve_every steps, so a killed run resumes instead of tuning from step 0."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=0)
+    full = tune(lm, prompter, items, [], cfg)
+
+    def interrupt(point):
+        if point["step"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(lm, prompter, items, [], cfg, checkpoint=tmp_path, on_step=interrupt)
+    resumed = tune(lm, prompter, items, [], cfg, checkpoint=tmp_path)
+    assert resumed.resumed_at == [3]
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]

@@ -185,15 +185,16 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
         step += 1
         last_loss = loss
         point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
-        if curve_items and config.curve_every and (step % config.curve_every == 0 or step == config.steps):
+        at_point = bool(config.curve_every) and (step % config.curve_every == 0 or step == config.steps)
+        if curve_items and at_point:
             point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size,
                                      config.early_stop))
             if config.early_stop and step < config.steps and plateau(curve + [point], len(curve_items)):
                 early = step
-            if checkpoint:
-                ckpt.save(checkpoint, soft.weight, optimizer, identity,
-                          {"step": step, "loss": last_loss, "curve": curve + [point],
-                           "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
+        if checkpoint and at_point:  # also without a held-out slice: a killed run resumes from here
+            ckpt.save(checkpoint, soft.weight, optimizer, identity,
+                      {"step": step, "loss": last_loss, "curve": curve + [point],
+                       "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
         curve.append(point)
         if on_step:
             on_step(point)
