@@ -142,6 +142,35 @@ def test_error_printer_is_one_plain_unwrapped_line():
     assert out.count("\n") == 1 and "[num_virtual_tokens, 576]" in out and out.endswith("second line third\n")
 
 
+@pytest.mark.parametrize(("make", "message"), [
+    (None, "no model folder at"),
+    ("empty", "has no config.json"),
+    ("file", "no model folder at"),
+])
+def test_a_model_path_that_is_no_model_folder_is_refused_before_loading(toy, tmp_path, capsys, monkeypatch,
+                                                                        make, message):
+    """A path (not a hub id: './m' used to be sent to the hub as a repo id) that names no model folder."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m"
+    if make == "empty":
+        path.mkdir()
+    elif make == "file":
+        path.write_text("x")
+    for name in (str(path), "./m"):
+        line = refused(run_args(tmp_path / "out", model=name), capsys)
+        assert message in line and name in line
+    no_partial(tmp_path / "out")
+
+
+def test_a_folder_whose_config_is_no_model_is_one_line(tmp_path):
+    """Past the checks (a config.json is there), what transformers cannot load is a UserError too."""
+    from softeval.models import load_model
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UserError, match=f"could not load model '{tmp_path}'"):
+        load_model(str(tmp_path), device="cpu")
+
+
 @pytest.mark.parametrize(("weights", "message"), [
     (b"", "cannot read soft prompt"),
     ("torn", "cannot read soft prompt"),

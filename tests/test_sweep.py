@@ -304,6 +304,7 @@ def test_a_folder_as_sweep_file_two_models_with_one_folder_name_and_a_dead_addre
 
     for side in ("a", "b"):
         (tmp_path / side / "final").mkdir(parents=True)
+        (tmp_path / side / "final" / "config.json").write_text("{}")  # a model folder, as far as the checks see
     spec = {"out": "out", "models": ["a/final", "b/final"], "tasks": ["mmlu"]}
     assert cli.main(["sweep", str(write_sweep(tmp_path, spec))]) == 2
     assert "models 'a/final' and 'b/final' would write the same run folders (final/...)" in one_error(

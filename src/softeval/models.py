@@ -267,7 +267,15 @@ def check_model_name(name: str) -> None:
         return
     if name.endswith(".gguf"):
         raise UserError(f"GGUF file not found: {name}")
-    if os.path.isdir(name) or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise UserError(f"model folder {name} has no config.json: give the folder of a Hugging Face "
+                            "model (config.json, weights, tokenizer), a preset, a .gguf file or a hub id")
+        return
+    if name.startswith(("/", "./", "../", "~")):  # a path, never a hub id
+        raise UserError(f"no model folder at {name}: give the folder of a Hugging Face model, a preset "
+                        f"({', '.join(PRESETS)}), a .gguf file or a hub id like 'org/name'")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return
     raise UserError(
         f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
@@ -317,8 +325,8 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
         else:
             check_model_name(name)
             model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
-    except OSError as err:  # missing files, no hub access, gated repo
-        raise UserError(f"could not load model {name!r}: {err}") from None
+    except (OSError, ValueError) as err:  # missing files, no hub access, gated repo; a config or tokenizer
+        raise UserError(f"could not load model {name!r}: {err}") from None  # transformers cannot read
     if device_map is None:
         model.to(device)
     model.eval()
