@@ -208,3 +208,19 @@ def test_a_damaged_outputs_jsonl_line_is_scored_again_not_a_traceback(tmp_path, 
     path = tmp_path / "outputs.jsonl"
     path.write_bytes(json.dumps(good).encode() + b"\n" + bad + b"\n" + json.dumps(later).encode() + b"\n")
     assert _load_done(path, ["a", "b", "c"]) == {0: good, 2: later}
+
+
+@pytest.mark.parametrize("damage", [b'{"step": 1, "lo', b"\xff\xfe\n", b"5\n", b'{"step": "x", "loss": 1.0}\n',
+                                    b'{"step": 1, "loss": "high"}\n'])
+def test_a_damaged_curve_is_left_out_of_the_report_by_name(tmp_path, capsys, damage):
+    """curve.jsonl is no input to any metric (results.json's checksum covers samples.jsonl only): the
+    report draws the other curves and names the damaged one, instead of a traceback."""
+    from runfactory import demo_curve
+
+    bad = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), curve=demo_curve())
+    write_run(tmp_path, "model-b", "mmlu", "soft-prompt", outcomes(10, 0.5), curve=demo_curve())
+    (bad / "curve.jsonl").write_bytes(damage)
+    code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
+    assert code == 0 and "Traceback" not in err
+    page = (tmp_path / "r.html").read_text()
+    assert "model-a/mmlu/soft-prompt/seed0/curve.jsonl is damaged" in page and "soft-prompt learning curves" in page

@@ -251,19 +251,37 @@ def _failures_block(task_runs: list[Run], task: str) -> str:
     return plots.img(plots.failure_bars(bars, task), f"format failure causes on {task}") + "".join(details)
 
 
+def read_curve(path: Path) -> list[dict[str, Any]]:
+    """A run's curve.jsonl; ValueError when a row is not a curve point (torn, not UTF-8, a step or a
+    value that is not a number). No metric is computed from it, so it has no checksum of its own."""
+    rows = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    for row in rows:
+        if not isinstance(row, dict) or not _number(row.get("step")) or not all(
+                row.get(k) is None or _number(row[k]) for k in ("loss", "format_rate", "accuracy")):
+            raise ValueError(f"not a curve point: {json.dumps(row)[:80]}")
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _curves_section(runs: list[Run]) -> str:
-    curves = []
+    curves, damaged = [], []
     for run in runs:
         path = run.path / "curve.jsonl"
         if run.method == "soft-prompt" and path.is_file():
-            rows = [
-                json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-            ]
+            try:
+                rows = read_curve(path)
+            except ValueError as err:
+                damaged.append(f"{run.rel}/curve.jsonl is damaged ({str(err).splitlines()[0]}): not drawn")
+                continue
             if rows:
                 curves.append((run, rows))
+    notes = "".join(f'<p class="muted">{escape(d)}</p>' for d in damaged)
     if not curves:
-        return '<h2>Learning curves</h2><p class="muted">No soft-prompt runs with curve.jsonl.</p>'
-    more = (
+        return f'<h2>Learning curves</h2><p class="muted">No soft-prompt runs with curve.jsonl.</p>{notes}'
+    more = notes + (
         f'<p class="muted">Showing the first {MAX_CURVES} of {len(curves)}.</p>'
         if len(curves) > MAX_CURVES
         else ""
