@@ -224,3 +224,13 @@ def test_a_damaged_curve_is_left_out_of_the_report_by_name(tmp_path, capsys, dam
     assert code == 0 and "Traceback" not in err
     page = (tmp_path / "r.html").read_text()
     assert "model-a/mmlu/soft-prompt/seed0/curve.jsonl is damaged" in page and "soft-prompt learning curves" in page
+
+
+@pytest.mark.parametrize("n", ["x", None, -1, True, 2.5])
+def test_a_results_json_whose_n_is_not_a_count_is_skipped_by_name(tmp_path, capsys, n):
+    run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    results = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**results, "n": n}))
+    assert index.scan(tmp_path).skipped == [(run, "results.json 'n' is not a count of items")]
+    code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
+    assert code == 0 and "Traceback" not in err

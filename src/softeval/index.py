@@ -143,6 +143,8 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError("results.json 'metrics' is not an object")
     if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
         raise RunFormatError("results.json 'seed' is not an integer")
+    if not isinstance(results["n"], int) or isinstance(results["n"], bool) or results["n"] < 0:
+        raise RunFormatError("results.json 'n' is not a count of items")
     upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
     if "answers" not in results:  # written before softeval recorded them: count them from the samples
         results["answers"] = _answers_from_samples(run_dir)
