@@ -234,3 +234,14 @@ def test_a_results_json_whose_n_is_not_a_count_is_skipped_by_name(tmp_path, caps
     assert index.scan(tmp_path).skipped == [(run, "results.json 'n' is not a count of items")]
     code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
     assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["folder", "below-a-file"])
+def test_report_output_that_cannot_be_a_file_is_one_line(tmp_path, capsys, where):
+    write_run(tmp_path / "runs", "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    (tmp_path / "afile").write_text("x")
+    output = tmp_path / "runs" if where == "folder" else tmp_path / "afile" / "r.html"
+    code, out, err = _runs(["report", str(tmp_path / "runs"), "-o", str(output)], capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"-o {output}" in err and (tmp_path / "afile").read_text() == "x"
+

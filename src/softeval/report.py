@@ -16,6 +16,7 @@ from typing import Any
 from softeval import report_plots as plots
 from softeval.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, count_causes
+from softeval.errors import UserError
 from softeval.index import Run, read_samples
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METHODS, METRICS
@@ -54,10 +55,11 @@ def build_report(
     n_boot: int = 1000,
 ) -> Path:
     """Scan the runs folder, compute the ranking analysis if pairs are given, write the HTML file."""
+    output = Path(output)
+    _check_output(output)  # before the analysis, which can take a while
     runs, skipped = load_runs(Path(out_root))
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot) if pairs else None
     page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}")
-    output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")
     return output
@@ -249,6 +251,15 @@ def _failures_block(task_runs: list[Run], task: str) -> str:
     if not bars:
         return ""
     return plots.img(plots.failure_bars(bars, task), f"format failure causes on {task}") + "".join(details)
+
+
+def _check_output(output: Path) -> None:
+    """The report's file: not a folder, and not below a file (its missing folders are created)."""
+    if output.is_dir():
+        raise UserError(f"-o {output} is a folder: give the report's file name, e.g. -o {output / 'report.html'}")
+    parent = next(p for p in output.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise UserError(f"-o {output}: {parent} is a file, not a folder")
 
 
 def read_curve(path: Path) -> list[dict[str, Any]]:
