@@ -245,3 +245,11 @@ def test_report_output_that_cannot_be_a_file_is_one_line(tmp_path, capsys, where
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"-o {output}" in err and (tmp_path / "afile").read_text() == "x"
 
+
+def test_an_index_path_that_is_a_folder_says_how_to_rebuild(tmp_path, capsys):
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    (tmp_path / index.INDEX_NAME).mkdir()
+    code, out, err = _runs(["runs", str(tmp_path)], capsys)
+    assert code == 2 and "Traceback" not in err and f"softeval runs {tmp_path} --rebuild" in err
+    code, out, err = _runs(["runs", str(tmp_path), "--rebuild"], capsys)
+    assert code == 0 and "model-a" in out

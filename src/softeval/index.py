@@ -250,7 +250,10 @@ def connect(out_root: Path) -> sqlite3.Connection:
     A file that is not a database raises IndexDamaged naming the command that rebuilds it."""
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(out_root / INDEX_NAME, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn = sqlite3.connect(out_root / INDEX_NAME, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:  # cannot even be opened (a folder in its place, say)
+        raise _damaged(out_root, exc) from None
     conn.row_factory = sqlite3.Row
     # Switching to WAL takes an exclusive lock; two brand-new writers can race on it, so retry.
     deadline = time.monotonic() + BUSY_TIMEOUT_S
@@ -268,9 +271,13 @@ def connect(out_root: Path) -> sqlite3.Connection:
                 conn.close()
                 if busy:
                     raise
-                raise IndexDamaged(f"the runs index {out_root / INDEX_NAME} is damaged ({exc}); the run folders are "
-                                   f"intact: rebuild it from them with `{rebuild_command(out_root)}`") from None
+                raise _damaged(out_root, exc) from None
             time.sleep(0.05)
+
+
+def _damaged(out_root: Path, exc: Exception) -> IndexDamaged:
+    return IndexDamaged(f"the runs index {out_root / INDEX_NAME} is damaged ({exc}); the run folders are "
+                        f"intact: rebuild it from them with `{rebuild_command(out_root)}`")
 
 
 def rebuild_command(out_root: Path) -> str:
