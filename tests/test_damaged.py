@@ -253,3 +253,11 @@ def test_an_index_path_that_is_a_folder_says_how_to_rebuild(tmp_path, capsys):
     assert code == 2 and "Traceback" not in err and f"softeval runs {tmp_path} --rebuild" in err
     code, out, err = _runs(["runs", str(tmp_path), "--rebuild"], capsys)
     assert code == 0 and "model-a" in out
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_a_bootstrap_of_no_replicates_is_one_line(tmp_path, capsys, command):
+    pairs = demo_runs(tmp_path)
+    args = [command, str(tmp_path), "--n-boot", "-1", *[f"--pair={b}={p}" for b, p in pairs]]
+    code, out, err = _runs(args + (["-o", str(tmp_path / "r.html")] if command == "report" else []), capsys)
+    assert code == 2 and "Traceback" not in err and "--n-boot must be at least 1, not -1" in err

@@ -139,6 +139,8 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
     metric = metric_name(metric)
     _check_inputs(runs, pairs, metric, post_method)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise UserError(f"--n-boot must be at least 1, not {n_boot!r}")
     notes: list[str] = []
     skipped: list[str] = []
     results: list[Correlation] = []
