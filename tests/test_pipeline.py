@@ -173,3 +173,19 @@ def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, caps
     monkeypatch.setenv("COLUMNS", "300")
     assert cli.main(["runs", str(tmp_path)]) == 0
     assert "base (guessed from name)" in capsys.readouterr().out
+
+
+def test_memory_freed_by_each_method_run_is_handed_back(toy, tmp_path, monkeypatch):
+    """glibc keeps freed blocks: run_job trims after every method it runs (not after a skipped one),
+    so one method's peak does not stack on the leftovers of the one before it."""
+    from softeval import engine
+
+    real = engine._malloc_trim
+    trims: list[int] = []
+    monkeypatch.setattr(engine, "_malloc_trim", lambda: trims.append)
+    lm = tiny_lm()
+    run_job(toy_config(tmp_path, methods=("zero-shot", "few-shot")), lm=lm)
+    assert trims == [0, 0]
+    run_job(toy_config(tmp_path, methods=("zero-shot", "few-shot", "soft-prompt")), lm=lm)
+    assert trims == [0, 0, 0]  # the two finished runs were skipped; only soft-prompt ran
+    assert real() is None or callable(real())  # the real look-up: glibc's malloc_trim, or None elsewhere

@@ -31,7 +31,9 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
 from __future__ import annotations
 
 import copy
+import ctypes
 import functools
+import gc
 import inspect
 import weakref
 from collections.abc import Callable, Sequence
@@ -105,6 +107,25 @@ def _free_bytes(device: torch.device) -> int:
         import os
 
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def release_freed_memory() -> None:
+    """Hand the memory that the last phase freed back to the system. glibc's malloc keeps freed blocks
+    in its arenas, so without this each method's peak stacks on the leftovers of the one before it: the
+    main job at --limit 40 peaked at 3.07 GB RSS without it, 2.76 GB with it after each method (its
+    few-shot phase alone: 2.57 GB at --limit 100). A no-op where the C library has no malloc_trim."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc (macOS, Windows, musl)
+        return None
 
 
 def bytes_per_row(lm, seq_len: int, *, keep: int = 1, new_tokens: int = 0, training: bool = False) -> int:

@@ -242,6 +242,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
                     on_skip(method)
                 continue
             results.append(run_method(job, method, folder, identity))
+            engine.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
     return results
 
 
