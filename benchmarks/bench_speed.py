@@ -380,12 +380,14 @@ def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, meth
     seqs = [prompter.ids(e, method) for e in items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
 
+    default = getattr(owner, flag)
+
     def run(on: bool):
         setattr(owner, flag, on)
         try:
             return engine.generate(lm, seqs, **kw)
         finally:
-            setattr(owner, flag, True)
+            setattr(owner, flag, default)
 
     return _ablation(rows, f"ablation {task.name} {method}: {what}", lambda: run(True), lambda: run(False), 2,
                      f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}")

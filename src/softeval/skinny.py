@@ -8,12 +8,21 @@ matmuls at 8 rows take 40 ms instead of 58, its vocabulary head 10 ms instead of
 "Decoding on CPU"). The products are the same; only the kernel's summation order differs (float
 rounding, ~1e-6 relative), as it already does between batch sizes.
 
+It pays only where MKL's few-row kernel is the slow one. On an Intel Xeon host (AVX512) the same
+A/B (benchmarks/bench_skinny.py, SmolLM2-135M-Instruct, identical outputs) measured it slower:
+GSM8K zero-shot 0.63x, 5-shot 0.83x, MMLU 1.09x. So by default it is on for AMD CPUs only (the
+measured win: 1.6-2.1x on GSM8K zero-shot) and off elsewhere, a fixed rule per host (a per-process
+timing could flip between runs and, with it, a greedy near-tie). ``ENABLED = True`` / ``False``
+forces it (the benchmarks' A/B and ablation).
+
 Used by ``engine.generate`` on CPU float32 weights only: GPUs' small-row kernels are not slow, and
-other CPU dtypes are unmeasured. ``ENABLED = False`` turns it off (the benchmark's ablation).
+other CPU dtypes are unmeasured.
 """
 
 from __future__ import annotations
 
+import functools
+import platform
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +30,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-ENABLED = True
+ENABLED: bool | None = None  # None: on where it was measured to pay (pays_here); True / False force it
 SKINNY_ROWS = 32  # at most this many rows take the W @ x^T path (measured faster for 2-32 rows)
 
 
@@ -35,6 +44,29 @@ def _skinny_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.contiguous().reshape(*x.shape[:-1], self.weight.shape[0])
 
 
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor id (``AuthenticAMD``, ``GenuineIntel``; from /proc/cpuinfo on Linux), else the
+    platform's processor string."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def pays_here() -> bool:
+    """Whether this host is one where W @ x^T was measured faster than F.linear: AMD CPUs."""
+    return cpu_vendor() == "AuthenticAMD"
+
+
+def active() -> bool:
+    return pays_here() if ENABLED is None else bool(ENABLED)
+
+
 def eligible(module: torch.nn.Module) -> bool:
     """A plain ``nn.Linear`` (not a quantized or LoRA subclass with a forward of its own) with CPU
     float32 weights, whose forward no one else (an accelerate offload hook) has replaced."""
@@ -46,7 +78,7 @@ def eligible(module: torch.nn.Module) -> bool:
 def skinny_linears(model: torch.nn.Module) -> Iterator[int]:
     """While inside: the model's eligible linear layers compute few-row products as ``W @ x^T``.
     Yields how many layers were switched; each gets its class's forward back on exit."""
-    switched = [m for m in model.modules() if eligible(m)] if ENABLED else []
+    switched = [m for m in model.modules() if eligible(m)] if active() else []
     for m in switched:
         m.forward = types.MethodType(_skinny_forward, m)
     try:
