@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tiny import tiny_model, tiny_tokenizer
+from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 
 from softeval import cli, index
 from softeval.pipeline import RunConfig, run_job
@@ -462,3 +462,30 @@ def test_yaml_merge_keys_share_options_and_an_explicit_key_overrides_the_merged_
     path.write_text("out: out\ntasks: [mmlu]\n" + models.replace("steps: 9}", "steps: 9, steps: 10}"))
     assert cli.main(["sweep", str(path)]) == 2  # a key given twice beside a merge is still refused
     assert "key 'steps' is given twice" in one_error(capsys.readouterr().err)
+
+
+def test_a_model_that_fails_to_load_is_logged_once_and_not_loaded_again_for_each_job(toy, tmp_path, monkeypatch):
+    """A worker whose model fails to load writes the traceback to its log and reports the cause; the
+    next jobs of that model get the same error without another load (a 70B model failing late would
+    otherwise cost a load per job); another model is loaded as usual."""
+    from softeval import pipeline
+    from softeval.sweep_worker import SweepWorker
+
+    loads: list[str] = []
+
+    def load_lm(config):
+        loads.append(config.model)
+        if config.model == "broken":
+            raise ValueError("Unrecognized model in broken/config.json")
+        return tiny_lm()
+
+    monkeypatch.setattr(pipeline, "load_lm", load_lm)
+    worker, log = SweepWorker(), tmp_path / "logs" / "broken.log"
+    answers = [worker.run(toy_config(tmp_path / "out", model="broken", methods=(m,)), str(log))
+               for m in ("zero-shot", "few-shot")]
+    assert loads == ["broken"]
+    assert answers[0]["error"] == answers[1]["error"]
+    assert "did not load" in answers[0]["error"] and "Unrecognized model" in answers[0]["error"]
+    assert "Traceback" in log.read_text() and "ValueError" in log.read_text()
+    good = worker.run(toy_config(tmp_path / "out", methods=("zero-shot",)), str(tmp_path / "logs" / "good.log"))
+    assert "error" not in good and loads == ["broken", "tiny-0"]

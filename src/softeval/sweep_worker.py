@@ -44,6 +44,7 @@ class SweepWorker:
     def __init__(self) -> None:
         self.lm = None
         self.key: tuple | None = None
+        self.load_failed: tuple | None = None  # (key, error) of the model that last failed to load
 
     def hello(self, out: str) -> dict:
         import ray
@@ -69,13 +70,21 @@ class SweepWorker:
             return {"error": one_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
         key = (config.model, config.device, config.dtype, config.kind)
         loaded_in = None
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         if self.key != key:
             self.lm, self.key = None, None
             gc.collect()
-            self.lm = load_lm(config)
+            if self.load_failed is not None and self.load_failed[0] == key:  # not loaded again for each job
+                return {"error": self.load_failed[1], "seconds": 0.0, "pid": os.getpid()}
+            try:
+                self.lm = load_lm(config)
+            except Exception as err:
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write(f"== loading {config.model} (pid {os.getpid()})\n{traceback.format_exc()}")
+                self.load_failed = (key, f"the model did not load: {one_line(err)}")
+                return {"error": self.load_failed[1], "seconds": round(time.time() - started, 2), "pid": os.getpid()}
             self.key = key
             loaded_in = round(time.time() - started, 2)
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a", encoding="utf-8") as log:
             console = Console(file=log, width=120, force_terminal=False)
             console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
