@@ -27,6 +27,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from softeval.checks import is_number, is_whole
+
 FORMAT = "softeval-tune-state/1"
 STATE = "tune_state.json"
 LEGACY = "tune_state.pt"
@@ -118,24 +120,18 @@ def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
 def _check_meta(record: dict) -> None:
     """What ``save`` wrote beside the tensors (which their sha256 covers, unlike these): a step >= 1,
     the curve up to it, a loss, the seconds and the steps resumed at; anything else is damage."""
-    def whole(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    def number(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
     step, curve = record.get("step"), record.get("curve")
-    if not whole(step) or step < 1:
+    if not is_whole(step) or step < 1:
         raise ValueError(f"{STATE} has step {step!r}")
-    if not isinstance(curve, list) or not all(isinstance(p, dict) and whole(p.get("step")) for p in curve) \
+    if not isinstance(curve, list) or not all(isinstance(p, dict) and is_whole(p.get("step")) for p in curve) \
             or not curve or curve[-1]["step"] != step:
         raise ValueError(f"{STATE} has a curve that does not end at its step {step}")
-    if not (record.get("loss") is None or number(record["loss"])):
+    if not (record.get("loss") is None or is_number(record["loss"])):
         raise ValueError(f"{STATE} has loss {record['loss']!r}")
-    if not number(record.get("seconds")) or record["seconds"] < 0:
+    if not is_number(record.get("seconds")) or record["seconds"] < 0:
         raise ValueError(f"{STATE} has seconds {record.get('seconds')!r}")
     resumed = record.get("resumed_at")
-    if not isinstance(resumed, list) or not all(whole(s) for s in resumed):
+    if not isinstance(resumed, list) or not all(is_whole(s) for s in resumed):
         raise ValueError(f"{STATE} has resumed_at {resumed!r}")
 
 

@@ -45,6 +45,16 @@ def check_int(key: str, value) -> None:
                         if key != "seed" else f"--seed must fit in 64 bits, not {value}")
 
 
+def is_whole(value) -> bool:
+    """An int that is not a bool (``True`` is an int to isinstance, and JSON's true reads as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_lr(value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise UserError(f"--lr must be a positive finite number, not {value!r}")

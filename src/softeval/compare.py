@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.index import Run, read_samples, scan
 from softeval.metrics import metric_name
@@ -139,7 +140,7 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
     metric = metric_name(metric)
     _check_inputs(runs, pairs, metric, post_method)
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+    if not is_whole(n_boot) or n_boot < 1:
         raise UserError(f"--n-boot must be at least 1, not {n_boot!r}")
     notes: list[str] = []
     skipped: list[str] = []

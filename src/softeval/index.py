@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
 from softeval.protocol import METHODS, METRICS
@@ -143,7 +144,7 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError("results.json 'metrics' is not an object")
     if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
         raise RunFormatError("results.json 'seed' is not an integer")
-    if not isinstance(results["n"], int) or isinstance(results["n"], bool) or results["n"] < 0:
+    if not is_whole(results["n"]) or results["n"] < 0:
         raise RunFormatError("results.json 'n' is not a count of items")
     upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
     if "answers" not in results:  # written before softeval recorded them: count them from the samples

@@ -21,6 +21,8 @@ import torch
 from softeval.errors import UserError
 from softeval.packaged import package_dir, require_package_dir
 
+MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
+
 BASE, POST_TRAINED = "base", "post-trained"
 
 
@@ -184,7 +186,7 @@ def _not_mistral_kwargs(source: str) -> dict:
     if not hasattr(PreTrainedTokenizerBase, "_patch_mistral_regex"):
         return {}
     try:
-        model_type = json.loads((Path(source) / "config.json").read_text()).get("model_type")
+        model_type = json.loads((Path(source) / MODEL_CONFIG).read_text()).get("model_type")
     except (OSError, ValueError):
         return {}
     return {"fix_mistral_regex": False} if model_type and model_type not in MISTRAL_TYPES else {}
@@ -212,7 +214,7 @@ def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
         print(f"warning: transformers 4 rebuilds {preset.name}'s GGUF tokenizer without its user-defined pieces: runs "
               "of spaces are split unlike the original tokenizer (GSM8K: 76 of 300 prompts). Upgrade to transformers 5 "
               "for the original tokenization.", file=sys.stderr)
-    if not (saved / "config.json").exists():
+    if not (saved / MODEL_CONFIG).exists():
         gguf = preset_gguf_path(preset)
         model, tokenizer = _from_pretrained(str(gguf.parent), gguf.name, torch.float32, None)
         if preset.spm_bpe_tokenizer:
@@ -268,8 +270,8 @@ def check_model_name(name: str) -> None:
     if name.endswith(".gguf"):
         raise UserError(f"GGUF file not found: {name}")
     if os.path.isdir(name):
-        if not os.path.isfile(os.path.join(name, "config.json")):
-            raise UserError(f"model folder {name} has no config.json: give the folder of a Hugging Face "
+        if not os.path.isfile(os.path.join(name, MODEL_CONFIG)):
+            raise UserError(f"model folder {name} has no {MODEL_CONFIG}: give the folder of a Hugging Face "
                             "model (config.json, weights, tokenizer), a preset, a .gguf file or a hub id")
         return
     if name.startswith(("/", "./", "../", "~")):  # a path, never a hub id

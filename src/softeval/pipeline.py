@@ -42,6 +42,7 @@ from softeval.scoring import (
     permuted,
     score_output,
 )
+from softeval.series import checkpoint_fingerprint
 from softeval.softprompt import SoftPrompt, init_identity, init_record
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
@@ -92,8 +93,6 @@ class RunConfig:
             data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
         if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
-            from softeval.series import checkpoint_fingerprint
-
             data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
         return data
 

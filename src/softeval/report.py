@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval import report_plots as plots
+from softeval.checks import is_number
 from softeval.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
@@ -267,14 +268,10 @@ def read_curve(path: Path) -> list[dict[str, Any]]:
     value that is not a number). No metric is computed from it, so it has no checksum of its own."""
     rows = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     for row in rows:
-        if not isinstance(row, dict) or not _number(row.get("step")) or not all(
-                row.get(k) is None or _number(row[k]) for k in ("loss", "format_rate", "accuracy")):
+        if not isinstance(row, dict) or not is_number(row.get("step")) or not all(
+                row.get(k) is None or is_number(row[k]) for k in ("loss", "format_rate", "accuracy")):
             raise ValueError(f"not a curve point: {json.dumps(row)[:80]}")
     return rows
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _curves_section(runs: list[Run]) -> str:

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softeval.errors import UserError
+from softeval.models import MODEL_CONFIG
 
 # The step is the number at the end of the name, after one of these words (or the whole name).
 _STEP_NAME = re.compile(r"(?:.*?[-_.])?(?:checkpoint|ckpt|global[-_]?step|step|iter(?:ation)?)[-_]?(\d+)|(\d+)",
                         re.IGNORECASE)
-MODEL_FILES = ("config.json",)  # what makes a folder a loadable checkpoint
+MODEL_FILES = (MODEL_CONFIG,)  # what makes a folder a loadable checkpoint
 # The files of a checkpoint folder that loading its model reads (checkpoint_fingerprint): config, weights
 # and their shard indexes, tokenizer. Matched against the names at the folder's top level, lower-cased.
 LOADED_FILES = ("config.json", "generation_config.json",

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from softeval.checks import is_data_file
+from softeval.checks import is_data_file, is_number
 from softeval.errors import UserError
 from softeval.pipeline import RunConfig
 from softeval.protocol import METHODS
@@ -328,7 +328,7 @@ def _model(entry: Any, where: str, here: Path) -> ModelEntry:
             raise UserError(f"{at}: resources must be a mapping of gpus, cpus, memory_gb")
         _check_keys(given, RESOURCE_KEYS, f"{at}, resources")
         for key, value in given.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            if not is_number(value) or not 0 <= value < math.inf:
                 raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {value!r}")
         resources = replace(resources, **{k: float(v) for k, v in given.items()})
         if resources.cpus == 0 and not (resources.gpus or 0) > 0:  # Ray: an actor reserving 0 CPUs is bounded by nothing else
