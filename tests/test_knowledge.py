@@ -160,6 +160,50 @@ def test_grouped_option_scoring_with_options_of_very_different_lengths():
                                torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
 
 
+def test_options_side_by_side_equal_one_row_per_option_with_soft_prompt_and_shared_prefix(monkeypatch):
+    # The block layout (all options of an item in one row after its cache) against one row per
+    # option, each with its own copy of the cache: same scores, with a soft prompt in the shared
+    # prefix, left pads in the context batch, and options from one to many tokens.
+    lm = tiny_lm(seed=4, init_range=0.5)
+    tok = lambda t, s=False: lm.tokenizer(t, add_special_tokens=s).input_ids
+    head = tok("Shared instruction block. ", True)
+    contexts = [head + tok("Question: which?\nAnswer:"), head + tok("Q: two words here\nAnswer:"),
+                head + tok("Q\nA:")]
+    options = [[tok(" a"), tok(" " + "long option text " * 5), tok(" bc")],
+               [tok(" " + "medium words " * 3), tok(" d")], [tok(" x y"), tok(" z"), tok(" w"), tok(" v")]]
+    soft = torch.randn(3, lm.model.config.hidden_size) * 0.3
+    assert engine.block_options_usable(lm)
+    block = engine.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
+    monkeypatch.setattr(engine, "BLOCK_OPTIONS", False)
+    rows = engine.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
+    plain = engine.option_logprobs(lm, contexts, options, soft=soft, batch_size=1, prefix_cache=False)
+    flat = lambda x: torch.tensor([v for r in x for v in r])
+    torch.testing.assert_close(flat(block), flat(rows), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(flat(block), flat(plain), rtol=1e-5, atol=1e-4)
+
+
+def test_a_model_that_ignores_custom_masks_keeps_one_row_per_option():
+    # An attention implementation that drops a 4D mask (as some kernels do) fails the probe, and
+    # the scores still equal the plain path's.
+    lm = tiny_lm(seed=5, init_range=0.5)
+    inner = lm.model.forward
+
+    def drops_4d_masks(*args, attention_mask=None, **kw):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = None
+        return inner(*args, attention_mask=attention_mask, **kw)
+
+    lm.model.forward = drops_4d_masks
+    assert not engine.block_options_usable(lm)
+    tok = lambda t, s=False: lm.tokenizer(t, add_special_tokens=s).input_ids
+    contexts = [tok("Question: a?\nAnswer:", True), tok("Q: bb\nA:", True)]
+    options = [[tok(" red"), tok(" green leaf")], [tok(" x"), tok(" yz w")]]
+    grouped = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    plain = engine.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
+    torch.testing.assert_close(torch.tensor([x for r in grouped for x in r]),
+                               torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
+
+
 def test_padding_groups_bound_the_padding_and_keep_every_row():
     lengths = [1, 50, 2, 48, 3, 1, 25]
     groups = engine.padding_groups(lengths)
