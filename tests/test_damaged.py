@@ -255,9 +255,11 @@ def test_an_index_path_that_is_a_folder_says_how_to_rebuild(tmp_path, capsys):
     assert code == 0 and "model-a" in out
 
 
+@pytest.mark.parametrize("n_boot", ["-1", "1", "49"])
 @pytest.mark.parametrize("command", ["compare", "report"])
-def test_a_bootstrap_of_no_replicates_is_one_line(tmp_path, capsys, command):
+def test_a_bootstrap_of_too_few_replicates_is_one_line(tmp_path, capsys, command, n_boot):
+    # --n-boot 1 used to print a conclusion with no interval (one replicate has no percentiles).
     pairs = demo_runs(tmp_path)
-    args = [command, str(tmp_path), "--n-boot", "-1", *[f"--pair={b}={p}" for b, p in pairs]]
+    args = [command, str(tmp_path), "--n-boot", n_boot, *[f"--pair={b}={p}" for b, p in pairs]]
     code, out, err = _runs(args + (["-o", str(tmp_path / "r.html")] if command == "report" else []), capsys)
-    assert code == 2 and "Traceback" not in err and "--n-boot must be at least 1, not -1" in err
+    assert code == 2 and "Traceback" not in err and "--n-boot must be at least 50" in err and f"not {n_boot}" in err

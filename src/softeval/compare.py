@@ -25,6 +25,7 @@ from softeval.metrics import metric_name
 from softeval.paired import PairedTest, paired_test
 from softeval.protocol import METHODS
 from softeval.ranking_stats import (
+    MIN_BOOT,
     ItemScores,
     batched_rank_correlations,
     bootstrap_scores,
@@ -140,8 +141,9 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
     metric = metric_name(metric)
     _check_inputs(runs, pairs, metric, post_method)
-    if not is_whole(n_boot) or n_boot < 1:
-        raise UserError(f"--n-boot must be at least 1, not {n_boot!r}")
+    if not is_whole(n_boot) or n_boot < MIN_BOOT:
+        raise UserError(f"--n-boot must be at least {MIN_BOOT} (a 95% interval needs replicates to spread), "
+                        f"not {n_boot!r}")
     notes: list[str] = []
     skipped: list[str] = []
     results: list[Correlation] = []

@@ -73,6 +73,11 @@ def bootstrap_scores(items: list[ItemScores], n_boot: int, rng: np.random.Genera
     return out
 
 
+# Fewest bootstrap replicates a run of compare/report accepts: the 2.5th and 97.5th percentiles of
+# fewer are the extremes of a handful of draws, not an interval (2000 is the default).
+MIN_BOOT = 50
+
+
 def percentile_interval(boot: np.ndarray) -> tuple[float | None, float | None]:
     finite = boot[np.isfinite(boot)]
     if len(finite) < max(10, len(boot) // 2):  # mostly degenerate replicates: no honest interval
