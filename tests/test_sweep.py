@@ -489,3 +489,23 @@ def test_a_model_that_fails_to_load_is_logged_once_and_not_loaded_again_for_each
     assert "Traceback" in log.read_text() and "ValueError" in log.read_text()
     good = worker.run(toy_config(tmp_path / "out", methods=("zero-shot",)), str(tmp_path / "logs" / "good.log"))
     assert "error" not in good and loads == ["broken", "tiny-0"]
+
+
+def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
+    """A run found finished inside a sweep job says how a sweep user redoes it (a sweep has no --force),
+    and a user error reaches the sweep table whole (its fix is at the end); a foreign error is cut."""
+    from softeval import pipeline
+    from softeval.errors import UserError
+    from softeval.sweep_worker import FOREIGN_ERROR_CHARS, SweepWorker, one_line
+
+    monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
+    config = toy_config(tmp_path / "out", methods=("zero-shot",))
+    run_job(config, lm=tiny_lm())
+    monkeypatch.setattr(pipeline, "is_finished", lambda config, method: False)  # as if finished meanwhile
+    log = tmp_path / "logs" / "job.log"
+    assert SweepWorker().run(config, str(log), "sweep")["skipped"] is True
+    assert "skipped (remove its folder to redo)" in log.read_text() and "--force" not in log.read_text()
+    long_fix = "a finished run with other settings is at X (" + "a; " * 300 + "). Set another 'out'."
+    assert one_line(UserError(long_fix)).endswith("Set another 'out'.")
+    cut = one_line(RuntimeError("x" * 2000))
+    assert len(cut) == FOREIGN_ERROR_CHARS and cut.startswith("RuntimeError: xxx") and cut.endswith("…")

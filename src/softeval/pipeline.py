@@ -33,7 +33,7 @@ from softeval.metrics import aggregate, answer_counts
 from softeval.models import BASE, load_model
 from softeval.prompting import Prompter, pick_shots, use_chat_template
 from softeval.protocol import METHODS
-from softeval.runs import FINGERPRINT, RunFolder, git_hash, identity_of, now, versions
+from softeval.runs import FINGERPRINT, REDO, RunFolder, git_hash, identity_of, now, versions
 from softeval.scoring import (
     add_cloze,
     add_letter_loglik,
@@ -211,12 +211,14 @@ def progress_bar(console: Console) -> Progress:
                     TimeRemainingColumn(), console=console, transient=False)
 
 
-def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=None) -> list[dict]:
+def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=None,
+            command: str = "run") -> list[dict]:
     """Score every requested method; returns the results of each (skipped finished runs included).
 
     ``lm``: an already loaded model to use instead of loading ``config.model`` (library use, tests).
     ``on_skip(method)``: told of each method whose run was found finished (by another process, too) and
-    skipped.
+    skipped. ``command``: the command the job belongs to (run, sweep, track), for how its messages say
+    to redo a run (runs.REDO).
     """
     console = console or Console(stderr=True)
     job = Job(config, console, _lm=lm)
@@ -233,7 +235,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
                 on_stale=lambda who: console.print(
                 f"{method}: taking over the run left by {describe(who)}, which no longer runs", markup=False)):
             if folder.check(identity, config.force, log=lambda m: console.print(m, style="yellow", markup=False)):
-                console.print(f"{method}: finished run found at {folder.final}, skipped (--force to redo)",
+                console.print(f"{method}: finished run found at {folder.final}, skipped ({REDO[command]})",
                               style="dim", markup=False)
                 folder.index()  # a process killed between the rename and the index left it out
                 results.append(folder.finished_results())

@@ -301,6 +301,9 @@ class RunFolder:
 
 # What a user can do about a finished run with other settings, by the command that found it: only what
 # that command has (`softeval sweep` and `track` have no --force).
+# How each command's user runs a finished (skipped) run again, for its "skipped" line.
+REDO = {"run": "--force to redo", "sweep": "remove its folder to redo", "track": "remove its folder to redo"}
+
 FIXES = {
     "run": "Pass --force to replace it, or --out to write elsewhere.",
     "sweep": "Set another 'out' in the sweep file to write elsewhere (for a series, another 'name' also "

@@ -30,12 +30,18 @@ def probe_writable(out: str) -> str | None:
 
 
 def one_line(err: BaseException) -> str:
-    """An error as the sweep reports it: a user error's own message, else its type and last line."""
+    """An error as the sweep reports it: a user error's own message whole (it ends with the fix), else
+    its type and last line, cut at ``FOREIGN_ERROR_CHARS`` (the traceback is in the job's log)."""
     from softeval.errors import UserError
 
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    text = " ".join(" ".join(lines).split()) if isinstance(err, UserError) else (lines[-1] if lines else "")
-    return (text if isinstance(err, UserError) else f"{type(err).__name__}: {text}")[:500]
+    if isinstance(err, UserError):
+        return " ".join(" ".join(lines).split())
+    text = f"{type(err).__name__}: {lines[-1] if lines else ''}"
+    return text if len(text) <= FOREIGN_ERROR_CHARS else text[:FOREIGN_ERROR_CHARS - 1] + "…"
+
+
+FOREIGN_ERROR_CHARS = 500
 
 
 class SweepWorker:
@@ -86,11 +92,11 @@ class SweepWorker:
             self.key = key
             loaded_in = round(time.time() - started, 2)
         with open(log_path, "a", encoding="utf-8") as log:
-            console = Console(file=log, width=120, force_terminal=False)
+            console = Console(file=log, width=120, force_terminal=False, soft_wrap=True)  # a log line is one line
             console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
             skipped: list[str] = []  # finished by another process while this job waited for its lock
             try:
-                results = run_job(config, console=console, lm=self.lm, on_skip=skipped.append)
+                results = run_job(config, console=console, lm=self.lm, on_skip=skipped.append, command=command)
             except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
                 if isinstance(err, OtherSettings):
