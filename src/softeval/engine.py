@@ -19,6 +19,9 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
   (``softeval.skinny``; same outputs).
 - a plain (full-attention) KV cache grows in place (``GrowingLayer``: a buffer with spare room,
   doubled when full) instead of concatenating the whole cache at every decoding step.
+- option scoring runs an item's context once and its options side by side in one row after that
+  cache, under a block-causal mask (no copy of the context's cache per option), where a per-model
+  probe shows the model takes custom attention masks; else one row per option.
 - tuning runs the vocabulary head only at the positions that predict a target token (gathered
   across rows), not on rows x longest target: GSM8K and MATH targets range from a few to hundreds
   of tokens, and a big-vocabulary head costs more per position than the rest of a small model.
@@ -713,7 +716,7 @@ def _block_probe(lm) -> bool:
                                           [[[c[-1], *o] for o in opts] for c, opts in zip(contexts, options)])
             theirs = [[float(continuation_logprobs(lm, [c + o], [o], None)[0].sum()) for o in opts]
                       for c, opts in zip(contexts, options)]
-    except (TypeError, ValueError, RuntimeError, IndexError):
+    except Exception:  # whatever a model raises on a custom mask, the proven layout is kept
         return False
     a = torch.tensor([x for r in mine for x in r])
     b = torch.tensor([x for r in theirs for x in r])

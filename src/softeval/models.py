@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.packaged import package_dir, require_package_dir
 
@@ -303,7 +304,7 @@ def hidden_size_before_loading(name: str) -> int | None:
     if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
     value = cfg.get("hidden_size") if isinstance(cfg, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if is_whole(value) and value > 0 else None
 
 
 ANSWER_MARK = "softeval-answer-mark"
