@@ -393,24 +393,6 @@ def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, meth
                      f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}")
 
 
-# glibc's mmap threshold starts at 128 KiB and rises (up to 32 MiB) once a large block is freed, so
-# how fast the same allocations run depends on what the process freed before: the full mode's tuning
-# ablations (passes of several GB) raised it before the scoring sections, the quick mode's sections
-# ran below it (lm-eval's 5-shot log-likelihood: 0.34 vs 0.43 items/s, so that ratio read 1.22x the
-# full mode's). Both modes start with it fixed where the full mode ends up.
-M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD = -3, 32 << 20
-
-
-def steady_allocator() -> bool:
-    """Fix glibc's mmap threshold at its dynamic maximum (False where the C library is not glibc)."""
-    import ctypes
-
-    try:
-        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD))
-    except (AttributeError, OSError):
-        return False
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the full mode's first round, no ablations (MODES)")
@@ -434,7 +416,7 @@ def main(argv=None) -> int:
     started = time.time()
     rows: list[tuple[str, str, str]] = Rows()
     result: dict = {"mode": mode, "model": args.model, "batch_size": args.batch_size, "threads": args.threads,
-                    "rounds": cfg["rounds"], "spread": {}, "steady_allocator": steady_allocator()}
+                    "rounds": cfg["rounds"], "spread": {}}
 
     lm = load_model(args.model, device=args.device, dtype=args.dtype)
     result.update(device=str(lm.device), dtype=str(next(lm.model.parameters()).dtype).replace("torch.", ""))

@@ -693,8 +693,10 @@ BLOCK_OPTIONS = True  # False: always one row per option (benchmarks compare the
 def block_options_usable(lm) -> bool:
     """Does the model score options laid side by side under a custom 4D attention mask exactly as
     it scores them one row each? Checked once per model on a small probe (an attention
-    implementation that ignores or rejects custom masks fails it and keeps one row per option)."""
-    if not BLOCK_OPTIONS:
+    implementation that ignores or rejects custom masks fails it and keeps one row per option).
+    Full-attention models only: a row of all options may outgrow a sliding window that each option
+    alone fits (``grouped_usable``)."""
+    if not BLOCK_OPTIONS or not full_attention(lm.model):
         return False
     model = lm.model
     if model not in _BLOCK_OPTIONS:
