@@ -60,9 +60,10 @@ def check_lr(value) -> None:
         raise UserError(f"--lr must be a positive finite number, not {value!r}")
 
 
-def check_init(value: str, tokens: int | None = None) -> None:
+def check_init(value: str, tokens: int | None = None, model: str | None = None) -> None:
     """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
-    vectors; its hidden size is checked against the model once it is loaded (softprompt.initialise)."""
+    vectors, of ``model``'s hidden size where that is known before loading (``check_width``); else it
+    is checked once the model is loaded (softprompt.initialise)."""
     from softeval.softprompt import init_source
 
     if value in ("vocab", "random"):
@@ -77,6 +78,8 @@ def check_init(value: str, tokens: int | None = None) -> None:
         if tokens is not None and shape[0] != tokens:
             raise UserError(f"--init {value}: that soft prompt has {shape[0]} virtual tokens, the run asks for "
                             f"--tokens {tokens}: pass --tokens {shape[0]}")
+        if model is not None:
+            check_width(f"--init {value}", shape, model)
         return
     raise UserError(f'--init must be vocab, random, text:"some words" or from:PATH (a saved soft prompt), '
                     f"not {value!r}")
@@ -140,7 +143,6 @@ def check_config(cfg, model_given: bool = False) -> None:
     """Every option of a ``pipeline.RunConfig``; the first bad one is a UserError. ``model_given``: the
     caller passes a loaded model, so ``cfg.model`` is only a label."""
     from softeval.models import check_model_name, pick_dtype
-    from softeval.softprompt import adapter_shape, init_source
 
     if not cfg.methods:
         raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
@@ -154,7 +156,7 @@ def check_config(cfg, model_given: bool = False) -> None:
         if value is not None or key != "limit":
             check_int(key, value)
     check_lr(cfg.lr)
-    check_init(cfg.init, cfg.tokens)
+    check_init(cfg.init, cfg.tokens, None if model_given else cfg.model)
     if cfg.chat_template not in ("auto", "on", "off"):
         raise UserError(f"unknown --chat-template {cfg.chat_template!r}: use auto, on or off")
     if cfg.kind not in (None, "base", "post-trained"):
@@ -178,9 +180,6 @@ def check_config(cfg, model_given: bool = False) -> None:
         shape = check_adapter(f"--soft-prompt {cfg.soft_prompt}", Path(cfg.soft_prompt))
         if not model_given:
             check_width(f"--soft-prompt {cfg.soft_prompt}", shape, cfg.model)
-    source = init_source(cfg.init) if isinstance(cfg.init, str) else None
-    if source is not None and str(source) and not model_given:
-        check_width(f"--init {cfg.init}", adapter_shape(source), cfg.model)
 
 
 def check_width(what: str, shape: tuple[int, ...], model: str) -> None:

@@ -605,15 +605,14 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
         if not pairs:
             continue
         cache = output_cache(out)
-        suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
         if block_options:
-            per_item = [[(j, suffixes[r]) for r, (b2, j) in enumerate(pairs) if b2 == b] for b in range(len(items))]
-            for b, values in enumerate(_block_option_logprobs(lm, cache, mask, [[s for _, s in row] for row in per_item])):
-                for (j, _), value in zip(per_item[b], values):
-                    scores[items[b]][j] = value
+            rows = [[[contexts[i][-1], *o] for o in options[i]] for i in items]
+            for i, values in zip(items, _block_option_logprobs(lm, cache, mask, rows)):
+                scores[i] = values
             if progress:
                 progress(len(items))
             continue
+        suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
         groups = padding_groups([len(x) for x in suffixes])
         for g, rows in enumerate(groups):
             # Option rows of similar length together (MMLU options run from 1 to 50+ tokens): each group

@@ -301,9 +301,6 @@ class RunFolder:
 
 # What a user can do about a finished run with other settings, by the command that found it: only what
 # that command has (`softeval sweep` and `track` have no --force).
-# How each command's user runs a finished (skipped) run again, for its "skipped" line.
-REDO = {"run": "--force to redo", "sweep": "remove its folder to redo", "track": "remove its folder to redo"}
-
 FIXES = {
     "run": "Pass --force to replace it, or --out to write elsewhere.",
     "sweep": "Set another 'out' in the sweep file to write elsewhere (for a series, another 'name' also "
@@ -311,6 +308,9 @@ FIXES = {
     "track": "Pass --out to write elsewhere or --name to track it as another series, or remove that run "
              "folder to run it again.",
 }
+
+# How each command's user runs a finished (skipped) run again, for its "skipped" line.
+REDO = {"run": "--force to redo", "sweep": "remove its folder to redo", "track": "remove its folder to redo"}
 
 
 class OtherSettings(UserError):

@@ -29,6 +29,9 @@ def probe_writable(out: str) -> str | None:
     return None
 
 
+FOREIGN_ERROR_CHARS = 500  # a foreign error's line in the sweep table (its traceback is in the job's log)
+
+
 def one_line(err: BaseException) -> str:
     """An error as the sweep reports it: a user error's own message whole (it ends with the fix), else
     its type and last line, cut at ``FOREIGN_ERROR_CHARS`` (the traceback is in the job's log)."""
@@ -39,9 +42,6 @@ def one_line(err: BaseException) -> str:
         return " ".join(" ".join(lines).split())
     text = f"{type(err).__name__}: {lines[-1] if lines else ''}"
     return text if len(text) <= FOREIGN_ERROR_CHARS else text[:FOREIGN_ERROR_CHARS - 1] + "…"
-
-
-FOREIGN_ERROR_CHARS = 500
 
 
 class SweepWorker:
