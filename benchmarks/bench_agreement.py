@@ -38,12 +38,12 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval import engine
-from softeval.data import seeded_subset
-from softeval.models import load_model
-from softeval.pipeline import ITEM_SEED
-from softeval.prompting import Prompter, use_chat_template
-from softeval.scoring import add_cloze, add_letter_loglik
+from softeval.lm import engine
+from softeval.tasks.data import seeded_subset
+from softeval.lm.models import load_model
+from softeval.run.pipeline import ITEM_SEED
+from softeval.run.prompting import Prompter, use_chat_template
+from softeval.run.scoring import add_cloze, add_letter_loglik
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
 

@@ -24,10 +24,10 @@ import torch
 
 
 def one(args) -> dict:
-    from softeval import engine
-    from softeval.data import seeded_subset
-    from softeval.models import load_model
-    from softeval.prompting import Prompter, pick_shots, use_chat_template
+    from softeval.lm import engine
+    from softeval.tasks.data import seeded_subset
+    from softeval.lm.models import load_model
+    from softeval.run.prompting import Prompter, pick_shots, use_chat_template
     from softeval.tasks import get_task
 
     torch.set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""Generation with and without softeval.skinny (few-row linears as W @ x^T on CPU), side by side.
+"""Generation with and without softeval.lm.skinny (few-row linears as W @ x^T on CPU), side by side.
 
 Not a test. For each section: the same prompts through ``engine.generate`` (batch 8) with the path
 on and off, interleaved over 2 rounds; prints the best time of each, the gain and how many outputs
@@ -14,10 +14,12 @@ import time
 
 import torch
 
-from softeval import engine, skinny
-from softeval.data import seeded_subset
-from softeval.models import load_model
-from softeval.prompting import Prompter, pick_shots, use_chat_template
+from softeval.lm import engine
+
+from softeval.lm import skinny
+from softeval.tasks.data import seeded_subset
+from softeval.lm.models import load_model
+from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.tasks import get_task
 
 SECTIONS = (("gsm8k", 8, "zero-shot"), ("mmlu", 24, "zero-shot"), ("gsm8k", 8, "few-shot"))

@@ -14,7 +14,7 @@ What is timed: softeval = tokenizing the prompts + ``engine.generate`` / ``engin
 lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
 task YAML (written to a temp dir, reading the same items from a local JSONL), i.e. lm-eval's own
 tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
-softeval = ``engine.target_loss_backward`` + AdamW (the body of ``softeval.tune.tune``); PEFT =
+softeval = ``engine.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
 prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens.
 """
@@ -41,15 +41,17 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval import engine, skinny
-from softeval.data import seeded_subset
-from softeval.models import load_model
-from softeval.perf import Shape, matmul_peak, tuning_step_flops
-from softeval.prompting import Prompter, pick_shots, use_chat_template
-from softeval.scoring import score_output
-from softeval.softprompt import SoftPrompt
+from softeval.lm import engine
+
+from softeval.lm import skinny
+from softeval.tasks.data import seeded_subset
+from softeval.lm.models import load_model
+from softeval.lm.perf import Shape, matmul_peak, tuning_step_flops
+from softeval.run.prompting import Prompter, pick_shots, use_chat_template
+from softeval.run.scoring import score_output
+from softeval.lm.softprompt import SoftPrompt
 from softeval.tasks import get_task
-from softeval.tune import batches as tune_batches
+from softeval.run.tune import batches as tune_batches
 
 MODES = {
     # One rule for both modes: the same sections, items, item counts per call, seeded plans and

@@ -31,10 +31,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 from rich.console import Console
 
-from softeval import engine
-from softeval.pipeline import Job, RunConfig
-from softeval.softprompt import SoftPrompt
-from softeval.tune import batches
+from softeval.lm import engine
+from softeval.run.pipeline import Job, RunConfig
+from softeval.lm.softprompt import SoftPrompt
+from softeval.run.tune import batches
 
 
 def head_positions(pairs, batch, budget: int) -> tuple[int, int]:

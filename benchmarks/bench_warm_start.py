@@ -24,7 +24,7 @@ COMMON = ["--tokens", "4", "--lr", "0.03", "--curve-every", "5", "--curve-items"
 
 
 def track(folder: Path, task: Path, out: Path, *extra: str) -> None:
-    from softeval.cli import main
+    from softeval.cli.app import main
 
     code = main(["track", str(folder), "--task", str(task), "--out", str(out), *COMMON, *extra])
     if code != 0:

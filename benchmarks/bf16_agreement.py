@@ -14,10 +14,10 @@ import sys
 
 import torch
 
-from softeval import engine
-from softeval.data import seeded_subset
-from softeval.models import load_model
-from softeval.prompting import Prompter, use_chat_template
+from softeval.lm import engine
+from softeval.tasks.data import seeded_subset
+from softeval.lm.models import load_model
+from softeval.run.prompting import Prompter, use_chat_template
 from softeval.tasks import get_task
 
 

@@ -21,7 +21,7 @@ Sections (each runs even if an earlier one failed; its error is recorded):
   generations and option picks stay the same), not as a pass/fail check.
 - ``llama_1b`` / ``llama_8b``: the model in bf16 on the device: tuning steps/s (batch 8 of MMLU
   soft-prompt prompts and targets, 10 virtual tokens, AdamW, the engine's split passes),
-  ``tune_mfu`` (softeval.perf: model FLOPs of forward + activation backward over the real
+  ``tune_mfu`` (softeval.lm.perf: model FLOPs of forward + activation backward over the real
   tokens / time, against the measured bf16 matmul peak), scored items/s (generation zero- and
   5-shot, option log-likelihoods) with the automatic batch size, and ``long``: prompts of
   ``long_tokens`` tokens scored with ``batch_size="auto"`` and a tuning step on them, which must
@@ -51,10 +51,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from softeval import engine  # noqa: E402
-from softeval.models import LoadedModel  # noqa: E402
-from softeval.perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402
-from softeval.softprompt import build_inputs  # noqa: E402
+from softeval.lm import engine  # noqa: E402
+from softeval.lm.models import LoadedModel  # noqa: E402
+from softeval.lm.perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402
+from softeval.lm.softprompt import build_inputs  # noqa: E402
 
 ASSETS = HERE / "check_assets"
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -305,7 +305,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
                  "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     log(f"{name}: built in {t_build:.1f}s ({out['params_b']}B parameters)")
 
-    # tuning: steps of 8 MMLU soft-prompt items, the body of softeval.tune.tune
+    # tuning: steps of 8 MMLU soft-prompt items, the body of softeval.run.tune.tune
     steps, warm = plan["tune_steps"], plan["warmup_steps"]
     p_all, t_all = prompts.tuning(BATCH * (steps + warm))
     soft = soft_prompt(lm).requires_grad_(True)

@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from softeval.models import load_model
-from softeval.prompting import Prompter, use_chat_template
+from softeval.lm.models import load_model
+from softeval.run.prompting import Prompter, use_chat_template
 from softeval.tasks import get_task
-from softeval.tune import TuneConfig, tune
+from softeval.run.tune import TuneConfig, tune
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 measured matmul peak (the floor no engine can beat on this host in this dtype).
 
 Not a test. It builds the run exactly as ``softeval run`` does (``pipeline.Job``: the same items,
-tuning pool, shots and prompts) and counts, with ``softeval.perf``, the FLOPs over real (unpadded)
+tuning pool, shots and prompts) and counts, with ``softeval.lm.perf``, the FLOPs over real (unpadded)
 tokens of each phase: zero-shot / few-shot / soft-prompt scoring (greedy generation of
 ``--new-tokens`` tokens per item, plus each item's cloze context once and its options), and the
 tuning steps of the seeded plan (forward + activation backward; ``--steps``, the step early stop
@@ -23,10 +23,10 @@ import sys
 import torch
 from rich.console import Console
 
-from softeval import perf
-from softeval.engine import common_prefix_len
-from softeval.pipeline import SAVE_EVERY, Job, RunConfig
-from softeval.tune import batches
+from softeval.lm import perf
+from softeval.lm.engine import common_prefix_len
+from softeval.run.pipeline import SAVE_EVERY, Job, RunConfig
+from softeval.run.tune import batches
 
 
 def main(argv=None) -> int:

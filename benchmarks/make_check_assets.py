@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from softeval.data import seeded_subset
-from softeval.prompting import pick_shots
+from softeval.tasks.data import seeded_subset
+from softeval.run.prompting import pick_shots
 from softeval.tasks import get_task
 
 OUT = Path(__file__).with_name("check_assets")

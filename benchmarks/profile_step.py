@@ -21,13 +21,13 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from softeval import engine
-from softeval.data import seeded_subset
-from softeval.models import load_model
-from softeval.prompting import Prompter, pick_shots, use_chat_template
-from softeval.softprompt import SoftPrompt
+from softeval.lm import engine
+from softeval.tasks.data import seeded_subset
+from softeval.lm.models import load_model
+from softeval.run.prompting import Prompter, pick_shots, use_chat_template
+from softeval.lm.softprompt import SoftPrompt
 from softeval.tasks import get_task
-from softeval.tune import batches
+from softeval.run.tune import batches
 
 GROUPS = (
     ("matmul", ("aten::mm", "aten::bmm", "aten::addmm", "aten::linear", "aten::matmul", "aten::_mkl", "mkldnn")),

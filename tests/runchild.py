@@ -23,7 +23,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 from tiny import format_task, tiny_lm  # noqa: E402
 
-from softeval import cli, engine, index, models, pipeline, runs, tasks  # noqa: E402
+from softeval import tasks  # noqa: E402
+
+from softeval.cli import app as cli
+
+from softeval.lm import engine
+
+from softeval.store import index
+
+from softeval.lm import models
+
+from softeval.run import pipeline
+
+from softeval.store import runs
 
 torch.set_num_threads(1)
 SAVE_EVERY = 4  # scoring chunk: small, so a run has several chunks to be killed between

@@ -14,8 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny import format_task
 
-from softeval import cli, pipeline, tasks
-from softeval.data import read_local
+from softeval import tasks
+
+from softeval.cli import app as cli
+
+from softeval.run import pipeline
+from softeval.tasks.data import read_local
 from softeval.errors import UserError, print_error
 from softeval.tasks.custom import load_task_file
 
@@ -164,7 +168,7 @@ def test_a_model_path_that_is_no_model_folder_is_refused_before_loading(toy, tmp
 
 def test_a_folder_whose_config_is_no_model_is_one_line(tmp_path):
     """Past the checks (a config.json is there), what transformers cannot load is a UserError too."""
-    from softeval.models import load_model
+    from softeval.lm.models import load_model
 
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(UserError, match=f"could not load model '{tmp_path}'"):
@@ -369,7 +373,7 @@ def test_a_soft_prompt_of_another_width_is_refused_before_the_model_loads(toy, t
     import torch
     from safetensors.torch import save_file
 
-    import softeval.pipeline as pipeline
+    import softeval.run.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     folder = tmp_path / "soft_prompt"

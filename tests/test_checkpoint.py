@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny import format_task
 
-from softeval.prompting import Prompter
-from softeval.tune import TuneConfig, tune
+from softeval.run.prompting import Prompter
+from softeval.run.tune import TuneConfig, tune
 
 CFG = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
 
@@ -76,7 +76,7 @@ def test_corrupt_or_foreign_tuning_checkpoint_is_discarded_and_tuning_restarts(l
     elif damage == "other-shape":  # a checkpoint of a run with more virtual tokens, sha256 made to match
         from safetensors.torch import save_file
 
-        from softeval.checkpoint import _sha256
+        from softeval.store.checkpoint import _sha256
 
         save_file({"soft": torch.zeros(5, 32)}, str(tensors))
         record = json.loads(state.read_text())

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from softeval import cli
+from softeval.cli import app as cli
 from softeval.errors import UserError
-from softeval.pipeline import RunConfig, run_job
+from softeval.run.pipeline import RunConfig, run_job
 from softeval.tasks import get_task
 from softeval.tasks.custom import load_task_file
 
@@ -72,7 +72,7 @@ def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch
     from test_pipeline import _interrupt_second_generate
     from tiny import tiny_lm
 
-    from softeval import pipeline
+    from softeval.run import pipeline
 
     path = write_task(tmp_path, MC_SPEC, name="mc.json")
     config = lambda out: RunConfig(model="tiny-0", task=str(path), methods=("zero-shot",), limit=5,
@@ -127,7 +127,7 @@ def test_a_regex_that_backtracks_for_ever_makes_the_item_unscorable_not_a_stall(
     at REGEX_SECONDS: the item is unscorable and not correct, the run goes on."""
     import time
 
-    from softeval.scoring import score_output
+    from softeval.run.scoring import score_output
     from softeval.tasks import custom
 
     monkeypatch.setattr(custom, "REGEX_SECONDS", 0.05)
@@ -208,7 +208,7 @@ def test_cli_flag_reaches_the_run_config():
 def test_custom_multiple_choice_matches_every_letter(tmp_path):
     """Issue 11 item 8: letters went through the short-answer matcher, whose SQuAD normalisation
     deletes the article 'a', so gold 'A' never matched. Every letter of a 26-option task must."""
-    from softeval.scoring import score_output
+    from softeval.run.scoring import score_output
     from softeval.tasks.base import LETTERS
 
     rows = [{"q": f"q{i}", "opts": [f"option {k}" for k in range(26)], "ans": LETTERS[i]} for i in range(26)]

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from runfactory import demo_runs, outcomes, write_run
 
-from softeval import cli, index
+from softeval.cli import app as cli
+
+from softeval.store import index
 
 
 def _runs(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -49,7 +51,7 @@ def test_run_warning_about_the_index_points_to_a_command_that_works(tmp_path, ca
     from tiny import format_task, tiny_lm
 
     from softeval import tasks
-    from softeval.pipeline import RunConfig, run_job
+    from softeval.run.pipeline import RunConfig, run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path / "o"),
@@ -118,7 +120,7 @@ def test_softeval_run_treats_a_damaged_finished_run_as_unfinished(tmp_path, caps
     from tiny import format_task, tiny_lm
 
     from softeval import tasks
-    from softeval.pipeline import RunConfig, run_job
+    from softeval.run.pipeline import RunConfig, run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=6, out=str(tmp_path),
@@ -145,7 +147,7 @@ def test_the_sweeps_finished_check_changes_nothing(tmp_path, monkeypatch):
 
     from softeval import tasks
     from softeval.errors import UserError
-    from softeval.pipeline import RunConfig, is_finished, run_job
+    from softeval.run.pipeline import RunConfig, is_finished, run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path),
@@ -182,7 +184,7 @@ def test_a_damaged_softeval_json_beside_a_soft_prompt_is_metadata_only(tmp_path,
     import torch
     from tiny import tiny_lm
 
-    from softeval.softprompt import SOFTEVAL_META, SoftPrompt, init_record
+    from softeval.lm.softprompt import SOFTEVAL_META, SoftPrompt, init_record
 
     lm = tiny_lm()
     saved = SoftPrompt.initialise(lm, 4, "text:abc", seed=0)
@@ -201,7 +203,7 @@ def test_a_damaged_outputs_jsonl_line_is_scored_again_not_a_traceback(tmp_path, 
     """outputs.jsonl (the resume state of an interrupted run's scoring): a damaged line's item is
     scored again; every well-formed row of the right item is kept, after the damage too (a killed
     append leaves a torn line that the next process's rows follow)."""
-    from softeval.pipeline import _load_done
+    from softeval.run.pipeline import _load_done
 
     good = {"i": 0, "id": "a", "output": "#a", "hit_limit": False}
     later = {"i": 2, "id": "c", "output": "#c", "hit_limit": False}

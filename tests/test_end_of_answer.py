@@ -9,10 +9,10 @@ import types
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-from softeval import engine
-from softeval.models import POST_TRAINED, LoadedModel, load_model
-from softeval.prompting import Prompter
-from softeval.scoring import score_output
+from softeval.lm import engine
+from softeval.lm.models import POST_TRAINED, LoadedModel, load_model
+from softeval.run.prompting import Prompter
+from softeval.run.scoring import score_output
 from softeval.tasks import get_task
 from softeval.tasks.base import Example
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from softeval import engine
-from softeval.softprompt import SoftPrompt
+from softeval.lm import engine
+from softeval.lm.softprompt import SoftPrompt
 
 
 def test_first_token_logprobs_match_option_logprobs(lm):

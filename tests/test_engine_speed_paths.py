@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny import plain_target_loss, tiny_lm
 
-from softeval import engine
+from softeval.lm import engine
 
 INSTRUCTION = "Answer with one letter. Here are worked examples:\nQ: abc\nA: a\n\nQ: "
 QUESTIONS = ["d", "efg hij", "klm", "nopqrs tu", "v", "wxyz 1234 567", "ab", "cdefgh"]
@@ -77,7 +77,7 @@ def test_length_batches_return_results_in_caller_order(lm):
 
 
 def test_length_grouped_tuning_plan_is_deterministic_and_keeps_items():
-    from softeval.tune import batches
+    from softeval.run.tune import batches
 
     plan = batches(50, 8, 12, seed=5)
     lengths = {i: (i * 37) % 23 for i in range(50)}
@@ -128,8 +128,8 @@ def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
 def test_length_grouped_tuning_is_deterministic():
     from tiny import format_task
 
-    from softeval.prompting import Prompter
-    from softeval.tune import TuneConfig, tune
+    from softeval.run.prompting import Prompter
+    from softeval.run.tune import TuneConfig, tune
 
     lm = tiny_lm()
     task = format_task()
@@ -189,7 +189,7 @@ def test_target_head_applies_final_logit_softcapping():
     from tiny import tiny_tokenizer
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from softeval.models import BASE, LoadedModel
+    from softeval.lm.models import BASE, LoadedModel
 
     tok = tiny_tokenizer()
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_runlock import child
 
-from softeval import index
+from softeval.store import index
 
 METHODS = ("zero-shot", "soft-prompt")
 VOLATILE = {"started_at", "finished_at", "wall_seconds", "git"}

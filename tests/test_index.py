@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runfactory import outcomes, write_run
 
-from softeval import index
+from softeval.store import index
 
 WRITES_PER_PROCESS = 15
 
@@ -119,7 +119,7 @@ def test_cli_runs_rebuild_json_lists_runs_and_reports_skips_on_stderr(
 ) -> None:
     import argparse
 
-    from softeval import cli_analysis
+    from softeval.cli import analysis as cli_analysis
 
     write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5))
     write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5), partial=True)
@@ -145,7 +145,7 @@ def test_a_task_name_slugged_into_its_folder_name_is_accepted(tmp_path: Path) ->
 def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Path, capsys, monkeypatch) -> None:
     import argparse
 
-    from softeval import cli_analysis
+    from softeval.cli import analysis as cli_analysis
 
     # 10 items, gold cycles ABCD; all wrong -> strict answer is the next letter: B 3, C 3, D 2, A 2
     run = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", [False] * 10)

@@ -15,12 +15,18 @@ from runfactory import demo_runs, outcomes, write_run
 from scipy.stats import binomtest
 from tiny import tiny_lm
 
-from softeval import cli_analysis, engine, index, tasks
-from softeval.compare import compare_runs, load_runs, paired_method_tests
+from softeval import tasks
+
+from softeval.cli import analysis as cli_analysis
+
+from softeval.lm import engine
+
+from softeval.store import index
+from softeval.analysis.compare import compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, failure_cause
-from softeval.paired import mcnemar_exact, paired_difference_interval, paired_test
-from softeval.pipeline import RunConfig, run_job
-from softeval.scoring import permutations_for, score_output
+from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
+from softeval.run.pipeline import RunConfig, run_job
+from softeval.run.scoring import permutations_for, score_output
 from softeval.tasks.base import (
     LETTERS,
     Example,
@@ -101,7 +107,7 @@ def test_cloze_scores_equal_a_hand_computed_sum_raw_and_per_character(tmp_path, 
 
 
 def test_cloze_few_shot_puts_solved_cloze_shots_first_without_the_letter_instruction(tmp_path, toymc):
-    from softeval.prompting import Prompter
+    from softeval.run.prompting import Prompter
 
     lm = tiny_lm()
     splits = toymc.load()
@@ -114,7 +120,7 @@ def test_cloze_few_shot_puts_solved_cloze_shots_first_without_the_letter_instruc
 
 
 def test_options_are_encoded_jointly_with_the_context():
-    from softeval.prompting import encode_pair
+    from softeval.run.prompting import encode_pair
 
     class Merging:  # reads " B" as one token, as BPE tokenizers do
         def __call__(self, text, add_special_tokens=True):
@@ -270,7 +276,7 @@ def test_permutations_are_seeded_distinct_and_never_the_original():
 
 
 def test_permutations_are_a_clear_error_below_zero():
-    from softeval import cli
+    from softeval.cli import app as cli
 
     assert cli.main(["eval", "--model", "tiny", "--task", "mmlu", "--permutations", "-1"]) == 2
 
@@ -395,7 +401,7 @@ def test_old_run_folders_load_in_runs_compare_and_report(tmp_path, capsys):
         result = compare_runs(runs, pairs, metric=name, n_boot=50)
         assert result.metric == "letter_loglik_accuracy" and result.results
     assert paired_method_tests(runs)
-    from softeval.report import build_report
+    from softeval.analysis.report import build_report
 
     page = build_report(tmp_path, tmp_path / "r.html", pairs, n_boot=50).read_text()
     assert "Knowledge" in page and "letter_loglik_accuracy" in page
@@ -420,7 +426,7 @@ def test_an_old_index_gets_the_new_metric_columns(tmp_path):
 
 
 def test_report_has_the_knowledge_panel_with_failure_bars(tmp_path):
-    from softeval.report import build_report
+    from softeval.analysis.report import build_report
 
     pairs = demo_runs(tmp_path, n=40)
     page = build_report(tmp_path, tmp_path / "r.html", pairs, n_boot=50).read_text()

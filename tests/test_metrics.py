@@ -19,7 +19,7 @@ def test_proportion_has_a_wilson_interval_around_the_value():
 
 
 def test_run_table_shows_the_top_answer(capsys):
-    from softeval.cli import print_table
+    from softeval.cli.app import print_table
 
     metric = {"value": 0.32, "ci_low": 0.21, "ci_high": 0.46, "n": 50}
     result = {"model": "m", "model_kind": "base", "task": "hellaswag", "n": 50, "method": "soft-prompt",
@@ -32,7 +32,7 @@ def test_run_table_shows_the_top_answer(capsys):
 def test_run_table_is_whole_in_a_log_file(capsys):
     """Output to a pipe or file (no terminal width): every metric column and its interval is printed
     on one line each, none cut at 80 columns."""
-    from softeval.cli import SHORT, print_table
+    from softeval.cli.app import SHORT, print_table
     from softeval.protocol import METRICS
 
     metric = {"value": 0.32, "ci_low": 0.21, "ci_high": 0.46, "n": 50}
@@ -54,7 +54,14 @@ def test_wilson_bounds_are_exact_at_none_and_all():
 def test_methods_and_metrics_are_one_list_each():
     """Issue 11, one source of truth: the CLI, the index, compare, the report and the prompts use
     protocol.METHODS and protocol.METRICS, not copies."""
-    from softeval import cli, compare, index, pipeline, prompting, protocol, report, report_plots
+    from softeval import protocol
+    from softeval.cli import app as cli
+    from softeval.analysis import compare
+    from softeval.store import index
+    from softeval.run import pipeline
+    from softeval.run import prompting
+    from softeval.analysis import report
+    from softeval.analysis import plots as report_plots
 
     for module in (index, prompting, pipeline, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS

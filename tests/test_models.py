@@ -9,7 +9,7 @@ from tiny import tiny_model, tiny_tokenizer
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from softeval.models import _not_mistral_kwargs, load_model
+from softeval.lm.models import _not_mistral_kwargs, load_model
 
 
 class Collect(logging.Handler):
@@ -60,7 +60,7 @@ def test_a_preset_conversion_is_kept_per_transformers_major(tmp_path, monkeypatc
     """A copy dequantised by transformers 4 is not reused under 5 (their GGUF tokenizers differ)."""
     import transformers
 
-    from softeval.models import PRESETS, converted_path
+    from softeval.lm.models import PRESETS, converted_path
 
     monkeypatch.setenv("SOFTEVAL_CACHE", str(tmp_path))
     preset = PRESETS["gemma-3-270m"]
@@ -75,7 +75,7 @@ def test_a_preset_conversion_is_kept_per_transformers_major(tmp_path, monkeypatc
 def test_transformers_4_is_told_that_the_gemma_tokenizer_differs(tmp_path, monkeypatch, capsys):
     import transformers
 
-    from softeval import models
+    from softeval.lm import models
 
     monkeypatch.setenv("SOFTEVAL_CACHE", str(tmp_path))
     monkeypatch.setattr(transformers, "__version__", "4.57.6")

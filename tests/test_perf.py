@@ -3,7 +3,7 @@
 import torch
 from transformers import LlamaConfig
 
-from softeval.perf import Shape, forward_flops, matmul_peak, scoring_flops, tuning_step_flops
+from softeval.lm.perf import Shape, forward_flops, matmul_peak, scoring_flops, tuning_step_flops
 
 
 def _shape():

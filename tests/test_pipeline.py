@@ -7,9 +7,9 @@ import pytest
 from rich.console import Console
 from tiny import tiny_lm, toy_config
 
-from softeval import cli
+from softeval.cli import app as cli
 from softeval.errors import UserError
-from softeval.pipeline import run_job
+from softeval.run.pipeline import run_job
 
 _config = toy_config
 
@@ -104,7 +104,7 @@ def test_missing_preset_package_names_the_install_command(toy, monkeypatch, tmp_
 
 
 def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
-    from softeval.runs import RunFolder
+    from softeval.store.runs import RunFolder
 
     folder = RunFolder.at(tmp_path, "m", "t", "soft-prompt", 0)
     partial = folder.start({"lr": 0.1})
@@ -114,7 +114,7 @@ def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
 
 
 def _interrupt_second_generate(monkeypatch):
-    from softeval import engine
+    from softeval.lm import engine
 
     real, calls, raised = engine.generate, [], []
 
@@ -130,7 +130,7 @@ def _interrupt_second_generate(monkeypatch):
 
 
 def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypatch):
-    from softeval import pipeline
+    from softeval.run import pipeline
 
     full = run_job(_config(tmp_path / "full", methods=("zero-shot",)), lm=tiny_lm())[0]
     monkeypatch.setattr(pipeline, "SAVE_EVERY", 5)
@@ -153,8 +153,10 @@ def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypa
 def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, capsys, monkeypatch):
     """Issue 11 item 7: a kind guessed from the name as base while the tokenizer has a chat template is
     said once, with the --kind fix; the kind's source shows in `softeval runs` and the report."""
-    from softeval import index, metrics, pipeline
-    from softeval.models import BASE
+    from softeval import metrics
+    from softeval.store import index
+    from softeval.run import pipeline
+    from softeval.lm.models import BASE
 
     lm = tiny_lm()
     lm.kind, lm.kind_source = BASE, "guessed from name"
@@ -178,7 +180,7 @@ def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, caps
 def test_memory_freed_by_each_method_run_is_handed_back(toy, tmp_path, monkeypatch):
     """glibc keeps freed blocks: run_job trims after every method it runs (not after a skipped one),
     so one method's peak does not stack on the leftovers of the one before it."""
-    from softeval import engine
+    from softeval.lm import engine
 
     real = engine._malloc_trim
     trims: list[int] = []

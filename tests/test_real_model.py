@@ -6,8 +6,10 @@ import pytest
 import torch
 from tiny import plain_target_loss
 
-from softeval import cli, engine
-from softeval.models import PRESETS, load_model, preset_installed
+from softeval.cli import app as cli
+
+from softeval.lm import engine
+from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.packaged import package_dir
 
 pytestmark = [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runfactory import demo_runs
 
-from softeval.report import build_report
+from softeval.analysis.report import build_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 EVIL = "<script>alert(1)</script>"

@@ -6,9 +6,11 @@ import json
 import pytest
 from tiny import format_task, tiny_lm, toy_config
 
-from softeval import pipeline, tasks
+from softeval import tasks
+
+from softeval.run import pipeline
 from softeval.errors import UserError
-from softeval.pipeline import run_job
+from softeval.run.pipeline import run_job
 
 
 def _config(out, **kw):
@@ -56,7 +58,7 @@ def test_force_replaces_the_finished_run_only_when_the_new_one_is_complete(toy, 
 def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_path):
     """A soft prompt of another model (refused once the model is known, under the run lock) used to
     leave <model>/<task>/soft-prompt/ behind, which runs/compare/report then listed as 'not a run folder'."""
-    from softeval import index
+    from softeval.store import index
 
     run_job(_config(tmp_path / "a", methods=("soft-prompt",)), lm=tiny_lm())
     sp = tmp_path / "a/tiny-0/toyformat/soft-prompt/seed0/soft_prompt"
@@ -75,7 +77,7 @@ def test_every_run_option_says_what_it_does_and_its_default():
     text at all, and --seed, --curve-every, --curve-items, --method did not say their defaults."""
     import argparse
 
-    from softeval import cli
+    from softeval.cli import app as cli
 
     run = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
     for action in run._actions:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tiny import tiny_lm
 
-from softeval import index
-from softeval.pipeline import RunConfig, run_job
-from softeval.runs import folder_name
+from softeval.store import index
+from softeval.run.pipeline import RunConfig, run_job
+from softeval.store.runs import folder_name
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"
 
@@ -23,8 +23,8 @@ def _capitals(out: Path, task: str, **kw) -> RunConfig:
 
 @pytest.mark.parametrize("how", ["absolute", "relative"])
 def test_custom_task_runs_reach_the_index_compare_and_report(tmp_path, monkeypatch, how):
-    from softeval.compare import load_runs
-    from softeval.report import build_report
+    from softeval.analysis.compare import load_runs
+    from softeval.analysis.report import build_report
 
     if how == "relative":
         monkeypatch.chdir(EXAMPLE.parents[2])
@@ -82,7 +82,7 @@ def test_curve_items_is_part_of_the_run_identity(toy, tmp_path):
 def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from dataclasses import fields
 
-    from softeval.runs import NOT_IDENTITY, identity_of
+    from softeval.store.runs import NOT_IDENTITY, identity_of
 
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods"} | {"method"}
@@ -161,7 +161,7 @@ def test_an_interrupted_run_with_other_settings_is_dropped_with_a_message(toy, t
 
 
 def test_negative_curve_items_is_refused(toy, tmp_path, capsys):
-    from softeval import cli
+    from softeval.cli import app as cli
 
     code = cli.main(["run", "--model", "tiny-0", "--task", "toyformat", "--curve-items", "-1", "--out", str(tmp_path)])
     assert code == 2 and "--curve-items must be between 0" in capsys.readouterr().err
@@ -200,7 +200,7 @@ def test_an_interrupted_run_with_a_damaged_config_is_dropped_with_one_reason(toy
 def test_a_checkpoint_is_compared_by_its_fingerprint_when_both_records_carry_one():
     """The one rule (runs.identity_diff): both fingerprinted, the path is not identity; either one from
     before fingerprints, the path is compared as it was."""
-    from softeval.runs import FINGERPRINT, identity_diff
+    from softeval.store.runs import FINGERPRINT, identity_diff
 
     old = {"model": "/a/run/checkpoint-5", "method": "zero-shot", FINGERPRINT: "f" * 64}
     assert identity_diff(old, {**old, "model": "/b/moved/checkpoint-5"}) == []
@@ -227,7 +227,7 @@ def test_a_run_recorded_before_fingerprints_resumes_in_place_and_is_refused_else
     import shutil
 
     from softeval.errors import UserError
-    from softeval.runs import FINGERPRINT
+    from softeval.store.runs import FINGERPRINT
 
     ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
     out = tmp_path / "out"
@@ -251,8 +251,8 @@ def test_an_interrupted_series_run_resumes_from_a_moved_folder(toy, tmp_path):
     while a run of it was interrupted keeps its saved work."""
     import shutil
 
-    from softeval.pipeline import run_folder
-    from softeval.runs import identity_of
+    from softeval.run.pipeline import run_folder
+    from softeval.store.runs import identity_of
 
     ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
     config = _toy(tmp_path / "out", model=str(ckpt), series="run", step=5, methods=("soft-prompt",))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from softeval.locking import Locked
-from softeval.runs import RunFolder
+from softeval.store.locking import Locked
+from softeval.store.runs import RunFolder
 
 CHILD = Path(__file__).with_name("runchild.py")
 ARGS = ["run", "--model", "tiny-0", "--task", "toyformat", "--method", "soft-prompt", "--limit", "6",

@@ -20,7 +20,7 @@ from tiny import format_task
 
 from softeval import tasks
 from softeval.bounded import Bounded, TimeLimit
-from softeval.scoring import score_output
+from softeval.run.scoring import score_output
 from softeval.tasks import TASKS
 from softeval.tasks.base import Example, Unscorable
 from softeval.tasks.custom import load_task_file
@@ -57,7 +57,7 @@ def test_time_limit_kills_the_helper_and_the_next_call_works():
 def test_matcher_past_its_time_limit_marks_the_item_unscorable(monkeypatch, tmp_path):
     from tiny import tiny_lm
 
-    from softeval.pipeline import RunConfig, run_job
+    from softeval.run.pipeline import RunConfig, run_job
 
     task = format_task()
 

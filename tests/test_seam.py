@@ -13,8 +13,8 @@ from tiny import tiny_model
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from softeval.models import BASE, LoadedModel
-from softeval.prompting import Prompter, encode_pair
+from softeval.lm.models import BASE, LoadedModel
+from softeval.run.prompting import Prompter, encode_pair
 from softeval.tasks.base import Example, Task, render_mc
 
 
@@ -88,7 +88,7 @@ def test_tokenisation_at_the_seam_with_real_tokenizers(preset, chat):
     """Gemma's SentencePiece vocabulary and SmolLM2's byte-level BPE: on real MMLU items, prompt +
     target and prompt + option are exactly the joint encoding; a prompt ending in a space (as a task
     file may write it) gets the letter with its space as one token, not a space piece then a letter."""
-    from softeval.models import PRESETS, load_model, preset_installed
+    from softeval.lm.models import PRESETS, load_model, preset_installed
     from softeval.packaged import package_dir
     from softeval.tasks import get_task
 

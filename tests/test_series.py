@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from softeval.errors import UserError
-from softeval.series import discover, from_list, order, step_of
+from softeval.sweep.series import discover, from_list, order, step_of
 
 PATTERNS = ["checkpoint-{}", "checkpoint_{}", "step{}", "step-{}", "step_{}", "global_step{}", "global-step{}",
             "iter_{:07d}", "ckpt-{}", "{}", "run1-checkpoint-{}", "Step{}", "model.step{}"]
@@ -68,7 +68,7 @@ def test_explicit_list(tmp_path):
 def test_older_index_gets_series_columns(tmp_path):
     from runfactory import write_run
 
-    from softeval import index
+    from softeval.store import index
 
     run = write_run(tmp_path, "m", "mmlu", "zero-shot", [True, False])
     results = json.loads((run / "results.json").read_text())
@@ -87,7 +87,7 @@ def test_older_index_gets_series_columns(tmp_path):
 def test_series_report_has_a_curve_per_series_and_task(tmp_path):
     from runfactory import write_run
 
-    from softeval.report import build_report
+    from softeval.analysis.report import build_report
 
     for step in (100, 200, 300):
         for method, k in (("zero-shot", step // 100 % 2), ("soft-prompt", step // 100)):
@@ -116,7 +116,7 @@ def _checkpoint(folder, seed=0):
 def test_the_fingerdigestis_what_the_folder_holds_not_where_it_lies(tmp_path):
     import shutil
 
-    from softeval.series import checkpoint_fingerprint
+    from softeval.sweep.series import checkpoint_fingerprint
 
     first = _checkpoint(tmp_path / "a" / "checkpoint-500")
     digest = checkpoint_fingerprint(first)
@@ -144,7 +144,7 @@ def test_the_fingerdigestreads_a_large_weight_file_only_at_its_ends(tmp_path, mo
     first and last MiB (a sparse 3 GiB file here; the reads are counted)."""
     import builtins
 
-    from softeval import series
+    from softeval.sweep import series
 
     folder = tmp_path / "checkpoint-1"
     folder.mkdir()
@@ -188,7 +188,7 @@ def test_reports_group_a_checkpoint_by_series_and_step_not_by_its_path(tmp_path)
     knowledge section and the paired tests."""
     from pathlib import Path
 
-    from softeval.index import Run
+    from softeval.store.index import Run
 
     before = Run(Path("a"), "a", {"model": "/old/ckpts/checkpoint-5", "series": "ckpts", "step": 5})
     after = Run(Path("b"), "b", {"model": "/new/ckpts/checkpoint-5", "series": "ckpts", "step": 5})

@@ -1,4 +1,4 @@
-"""Few-row linear products as W @ x^T (softeval.skinny): the same numbers as F.linear, only inside
+"""Few-row linear products as W @ x^T (softeval.lm.skinny): the same numbers as F.linear, only inside
 the context, only on plain fp32 CPU linears, and the same generations as without it."""
 
 import pytest
@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import tiny_lm
 
-from softeval import engine, skinny
+from softeval.lm import engine
+
+from softeval.lm import skinny
 
 
 @settings(max_examples=60, deadline=None)

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from softeval import engine
+from softeval.lm import engine
 from softeval.errors import UserError
-from softeval.softprompt import SoftPrompt, build_inputs
+from softeval.lm.softprompt import SoftPrompt, build_inputs
 
 
 def _ids(lm, text):
@@ -105,7 +105,7 @@ def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
     from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    from softeval.models import bpe_from_ranked_unigram
+    from softeval.lm.models import bpe_from_ranked_unigram
 
     pieces = ["<unk>", "▁", "c", "a", "p", "i", "t", "l", "ca", "ap", "it", "al", "cap", "ital", "capital", "▁capital"]
     # Scores are merge ranks: lower ids merge first, as in a GGUF converted from SentencePiece BPE.
@@ -123,7 +123,7 @@ def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
 def test_one_input_layout_for_plain_and_cached_prefix_inputs(lm):
     """``layout_inputs`` is the layout of build_inputs and of the engine's shared-prefix path: a
     suffix after a cached prefix gets the positions it has in the plain ``[pads][soft][prefix][suffix]``."""
-    from softeval.softprompt import layout_inputs
+    from softeval.lm.softprompt import layout_inputs
 
     soft = torch.randn(3, lm.model.get_input_embeddings().embedding_dim)
     prefix, suffixes = [5, 6, 7, 8], [[9, 10, 11], [12]]

@@ -18,10 +18,12 @@ import torch
 import yaml
 from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 
-from softeval import cli, index
-from softeval.pipeline import RunConfig, run_job
-from softeval.sweep import run_sweep
-from softeval.sweepfile import load_sweep
+from softeval.cli import app as cli
+
+from softeval.store import index
+from softeval.run.pipeline import RunConfig, run_job
+from softeval.sweep.driver import run_sweep
+from softeval.sweep.file import load_sweep
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -125,7 +127,7 @@ def test_sweep_of_three_pairs_writes_every_run_then_a_rerun_changes_nothing(ray_
     assert first["config"] == same.options("soft-prompt")  # exactly the config `softeval run` builds
 
     before = snapshot(out)
-    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("a finished sweep started Ray"))
+    monkeypatch.setattr("softeval.sweep.driver._connect", lambda address: pytest.fail("a finished sweep started Ray"))
     assert cli.main(["sweep", str(path)]) == 0
     assert snapshot(out) == before
     assert "nothing to run, no model loaded" in capsys.readouterr().err
@@ -169,7 +171,7 @@ def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cl
     resumed = json.loads((run / "results.json").read_text())
     assert resumed["tuning"]["resumed_at_steps"] and resumed["tuning"]["steps_run"] == 40
 
-    from softeval.models import load_model
+    from softeval.lm.models import load_model
 
     config = RunConfig(model=str(models[0]), task=str(folder / tasks[0]), methods=("soft-prompt",),
                        out=str(tmp_path / "ref"), kind="base", **long)
@@ -186,7 +188,7 @@ def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cl
 
 def test_job_that_raises_or_finds_its_run_locked_is_reported_and_the_others_finish(ray_cluster, assets,
                                                                                    tmp_path, capsys):
-    from softeval.pipeline import run_folder
+    from softeval.run.pipeline import run_folder
 
     folder, models, tasks = assets
     spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
@@ -276,7 +278,7 @@ def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, messa
 
 
 def test_cpus_0_is_allowed_where_a_gpu_bounds_the_workers(tmp_path):
-    from softeval.sweepfile import parse_sweep
+    from softeval.sweep.file import parse_sweep
 
     spec = {"out": "out", "models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0.5}}], "tasks": ["mmlu"]}
     assert parse_sweep(spec, tmp_path / "s.yaml").models[0].resources.cpus == 0
@@ -325,7 +327,7 @@ def test_a_finished_run_with_other_settings_in_out_stops_the_sweep_before_ray(tm
     from runfactory import write_run
 
     write_run(tmp_path / "out", "gemma-3-270m", "mmlu", "zero-shot", [True, False])
-    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("started Ray"))
+    monkeypatch.setattr("softeval.sweep.driver._connect", lambda address: pytest.fail("started Ray"))
     path = write_sweep(tmp_path, {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"]})
     assert cli.main(["sweep", str(path)]) == 2
     err = one_error(capsys.readouterr().err)
@@ -338,8 +340,8 @@ def test_a_worker_finding_a_run_with_other_settings_suggests_its_commands_fix(tm
     names a fix of the command in use, never `softeval run`'s --force."""
     from runfactory import write_run
 
-    from softeval.pipeline import RunConfig
-    from softeval.sweep_worker import SweepWorker
+    from softeval.run.pipeline import RunConfig
+    from softeval.sweep.worker import SweepWorker
 
     run = write_run(tmp_path / "out", "gemma-3-270m", "mmlu", "zero-shot", [True, False])
     config = RunConfig(model="gemma-3-270m", task="mmlu", methods=("zero-shot",), out=str(tmp_path / "out"))
@@ -395,7 +397,7 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
     spec = pairs_spec(assets, tmp_path / "out")
     spec["models"][0]["resources"] = {"gpus": 0.25, "cpus": 1}
     spec["models"][0]["methods"] = ["zero-shot"]
-    monkeypatch.setattr("softeval.sweep._connect", lambda address: pytest.fail("a dry run started Ray"))
+    monkeypatch.setattr("softeval.sweep.driver._connect", lambda address: pytest.fail("a dry run started Ray"))
     monkeypatch.setenv("COLUMNS", "200")
     assert cli.main(["sweep", str(write_sweep(tmp_path, spec)), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -404,7 +406,7 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
 
 
 def test_the_example_sweep_parses_and_the_docs_list_every_option():
-    from softeval.sweepfile import RUN_OPTIONS
+    from softeval.sweep.file import RUN_OPTIONS
 
     root = Path(__file__).parents[1]
     sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
@@ -419,8 +421,8 @@ def test_a_run_another_process_finished_while_the_job_waited_is_reported_skipped
     (`wait: true`) and then found the run finished must not count it as a result of its own."""
     import shutil
 
-    from softeval.models import load_model
-    from softeval.pipeline import run_folder
+    from softeval.lm.models import load_model
+    from softeval.run.pipeline import run_folder
 
     folder, models, tasks = assets
     spec = {"out": str(tmp_path / "out"), "models": [{"name": str(models[0]), "kind": "base"}],
@@ -468,8 +470,8 @@ def test_a_model_that_fails_to_load_is_logged_once_and_not_loaded_again_for_each
     """A worker whose model fails to load writes the traceback to its log and reports the cause; the
     next jobs of that model get the same error without another load (a 70B model failing late would
     otherwise cost a load per job); another model is loaded as usual."""
-    from softeval import pipeline
-    from softeval.sweep_worker import SweepWorker
+    from softeval.run import pipeline
+    from softeval.sweep.worker import SweepWorker
 
     loads: list[str] = []
 
@@ -494,9 +496,9 @@ def test_a_model_that_fails_to_load_is_logged_once_and_not_loaded_again_for_each
 def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     """A run found finished inside a sweep job says how a sweep user redoes it (a sweep has no --force),
     and a user error reaches the sweep table whole (its fix is at the end); a foreign error is cut."""
-    from softeval import pipeline
+    from softeval.run import pipeline
     from softeval.errors import UserError
-    from softeval.sweep_worker import FOREIGN_ERROR_CHARS, SweepWorker, one_line
+    from softeval.sweep.worker import FOREIGN_ERROR_CHARS, SweepWorker, one_line
 
     monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
     config = toy_config(tmp_path / "out", methods=("zero-shot",))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from softeval.scoring import score_output
+from softeval.run.scoring import score_output
 from softeval.tasks import TASKS
 from softeval.tasks.base import Example
 from softeval.tasks.qa import f1_max, normalize_answer, token_f1

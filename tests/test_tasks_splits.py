@@ -136,7 +136,7 @@ def test_belebele_hub_any_language(monkeypatch):
 
 def test_hub_sources_use_the_real_train_split(monkeypatch):
     """Hub loading (no network here): the tuning items come from train, the scored ones from the test split."""
-    from softeval import data
+    from softeval.tasks import data
 
     asked = []
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from softeval.cli import main
+from softeval.cli.app import main
 from softeval.errors import UserError
-from softeval.softprompt import adapter_digest
-from softeval.sweepfile import parse_sweep
+from softeval.lm.softprompt import adapter_digest
+from softeval.sweep.file import parse_sweep
 
 TRACK = ["--method", "zero-shot,soft-prompt", "--steps", "30", "--warm-steps", "10", "--tokens", "4", "--lr", "0.03",
          "--curve-every", "10", "--curve-items", "8", "--eval-batch-size", "24"]
@@ -40,7 +40,7 @@ def test_track_runs_checkpoints_in_order_warm_started_then_a_rerun_skips_them(ra
         assert tuning["init_from"]["sha256"] == adapter_digest(source)  # started from the previous soft prompt
         assert (tuning["init_from"]["series"], tuning["init_from"]["step"]) == ("run", before)
         assert tuning["steps_run"] == 10
-    from softeval import index
+    from softeval.store import index
 
     rows = index.list_runs(out)
     assert sorted((r["step"], r["method"]) for r in rows) == sorted(results) and {r["series"] for r in rows} == {"run"}
@@ -116,7 +116,7 @@ def test_a_moved_series_folder_resumes_and_runs_only_the_checkpoints_added_since
 
     from test_sweep import write_tasks
 
-    from softeval import index
+    from softeval.store import index
 
     task = tmp_path / write_tasks(tmp_path)[0]
     _random_checkpoints(tmp_path / "ckpts", (100, 200))

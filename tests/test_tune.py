@@ -7,10 +7,10 @@ import pytest
 import torch
 from tiny import format_task
 
-from softeval import engine
-from softeval.prompting import Prompter
-from softeval.scoring import score_output
-from softeval.tune import TuneConfig, batches, tune
+from softeval.lm import engine
+from softeval.run.prompting import Prompter
+from softeval.run.scoring import score_output
+from softeval.run.tune import TuneConfig, batches, tune
 
 
 def _format_rate(lm, prompter, items, soft):
@@ -107,7 +107,7 @@ def _pt(step, loss, fmt):
 
 
 def test_plateau_needs_two_points_after_step_zero_and_no_progress():
-    from softeval.tune import plateau
+    from softeval.run.tune import plateau
 
     flat = [_pt(0, 2.0, 0.0), _pt(10, 1.0, 1.0), _pt(20, 0.995, 1.0)]
     assert not plateau(flat[:2], 16)  # step 10 is too early, whatever it shows
@@ -169,7 +169,7 @@ def _gemma2(window: int):
     from tiny import tiny_tokenizer
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from softeval.models import BASE, LoadedModel
+    from softeval.lm.models import BASE, LoadedModel
 
     tok = tiny_tokenizer()
     torch.manual_seed(0)

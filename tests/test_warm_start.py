@@ -8,10 +8,10 @@ import pytest
 import torch
 from tiny import tiny_lm, toy_config
 
-from softeval.cli import main
+from softeval.cli.app import main
 from softeval.errors import UserError
-from softeval.pipeline import run_job
-from softeval.softprompt import SoftPrompt, adapter_digest
+from softeval.run.pipeline import run_job
+from softeval.lm.softprompt import SoftPrompt, adapter_digest
 
 
 def _config(out, **kw):
@@ -67,7 +67,7 @@ def test_shape_mismatch_is_refused(toy, tmp_path):
     (lambda p: (p / "x.json").write_text("{}") or p / "x.json", "no such folder"),
 ])
 def test_bad_init_path_exits_2_before_any_model_loads(tmp_path, capsys, monkeypatch, make, message):
-    import softeval.pipeline as pipeline
+    import softeval.run.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     code = main(["run", "--model", "gemma-3-270m", "--task", "mmlu", "--init", f"from:{make(tmp_path)}",

@@ -8,8 +8,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from softeval.models import BASE, LoadedModel
-from softeval.pipeline import RunConfig
+from softeval.lm.models import BASE, LoadedModel
+from softeval.run.pipeline import RunConfig
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -48,7 +48,7 @@ def tiny_lm(seed: int = 0, kind: str = BASE, bos: bool = True, **kw) -> LoadedMo
 def plain_target_loss(lm, prompts, targets, soft):
     """The tuning loss from the model's own logits at every position: the reference that
     ``engine.target_loss`` (head only at target positions) must equal."""
-    from softeval.engine import build_inputs
+    from softeval.lm.engine import build_inputs
 
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
     logp = torch.log_softmax(lm.model(**build_inputs(lm, seqs, soft)).logits.float(), dim=-1)

@@ -7,8 +7,8 @@ report format-following apart from knowledge, side by side with zero- and few-sh
 __version__ = "0.1.0"
 
 from softeval.errors import UserError  # noqa: E402
-from softeval.models import PRESETS, LoadedModel, load_model  # noqa: E402
-from softeval.softprompt import SoftPrompt, build_inputs  # noqa: E402
+from softeval.lm.models import PRESETS, LoadedModel, load_model  # noqa: E402
+from softeval.lm.softprompt import SoftPrompt, build_inputs  # noqa: E402
 from softeval.tasks import TASKS, get_task  # noqa: E402
 
 __all__ = ["PRESETS", "TASKS", "LoadedModel", "SoftPrompt", "UserError", "build_inputs", "get_task",

@@ -64,7 +64,7 @@ def check_init(value: str, tokens: int | None = None, model: str | None = None) 
     """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
     vectors, of ``model``'s hidden size where that is known before loading (``check_width``); else it
     is checked once the model is loaded (softprompt.initialise)."""
-    from softeval.softprompt import init_source
+    from softeval.lm.softprompt import init_source
 
     if value in ("vocab", "random"):
         return
@@ -89,7 +89,7 @@ def check_adapter(what: str, folder: Path) -> tuple[int, ...]:
     """The shape of the saved soft prompt in ``folder`` (read from its header, no model needed): a
     UserError naming ``what`` when it is unreadable or not [num_virtual_tokens, hidden_size]. Its
     hidden size is checked against the model once it is loaded (SoftPrompt.load)."""
-    from softeval.softprompt import adapter_shape
+    from softeval.lm.softprompt import adapter_shape
 
     shape = adapter_shape(folder)
     if len(shape) != 2 or shape[0] < 1:
@@ -142,7 +142,7 @@ def is_data_file(source: str) -> bool:
 def check_config(cfg, model_given: bool = False) -> None:
     """Every option of a ``pipeline.RunConfig``; the first bad one is a UserError. ``model_given``: the
     caller passes a loaded model, so ``cfg.model`` is only a label."""
-    from softeval.models import check_model_name, pick_dtype
+    from softeval.lm.models import check_model_name, pick_dtype
 
     if not cfg.methods:
         raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
@@ -186,7 +186,7 @@ def check_width(what: str, shape: tuple[int, ...], model: str) -> None:
     """A saved soft prompt's vectors must have the model's hidden size: refused here, before the model
     loads, where the size can be read from the model's files (``hidden_size_before_loading``); else
     once it is loaded (``SoftPrompt.load``)."""
-    from softeval.models import hidden_size_before_loading
+    from softeval.lm.models import hidden_size_before_loading
 
     hidden = hidden_size_before_loading(model)
     if hidden is not None and shape[1] != hidden:

@@ -1,6 +1,6 @@
 """Per-item outcomes to aggregate metrics with 95% Wilson score intervals.
 
-Definitions (DESIGN.md): accuracy = strict answer correct; format_rate = strict extractor found an
+Definitions (docs/design.md): accuracy = strict answer correct; format_rate = strict extractor found an
 answer; knowledge_accuracy = correct among format-following items; lenient_accuracy = lenient
 answer correct; letter_loglik_accuracy = argmax of the option letters' log-likelihood correct;
 cloze_accuracy / cloze_accuracy_norm = argmax of each option text's summed log-likelihood (raw, and

@@ -1,4 +1,4 @@
-"""The names of the protocol (DESIGN.md), one list each, used by the CLI, the runs index, compare and
+"""The names of the protocol (docs/design.md), one list each, used by the CLI, the runs index, compare and
 the report: the methods every task is scored with, and the metrics a run reports."""
 
 METHODS = ("zero-shot", "few-shot", "soft-prompt")

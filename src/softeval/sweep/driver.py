@@ -22,9 +22,9 @@ from rich.console import Console
 
 from softeval.checks import check_out
 from softeval.errors import UserError
-from softeval.models import slug
-from softeval.sweep_view import SweepView
-from softeval.sweepfile import ModelEntry, Sweep, SweepJob
+from softeval.lm.models import slug
+from softeval.sweep.view import SweepView
+from softeval.sweep.file import ModelEntry, Sweep, SweepJob
 
 LOG_DIR = ".sweep"  # worker logs under out/ (dot folder: not a run folder for the index)
 
@@ -66,8 +66,8 @@ class SweepResult:
 def plan(sweep: Sweep) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
     a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
-    from softeval.pipeline import is_finished, run_folder
-    from softeval.runs import OtherSettings
+    from softeval.run.pipeline import is_finished, run_folder
+    from softeval.store.runs import OtherSettings
 
     states = []
     for job in sweep.jobs:
@@ -181,7 +181,7 @@ def _amount(key: str, value: float) -> str:
 
 class _Scheduler:
     def __init__(self, ray, sweep: Sweep, states: list[JobState], view: SweepView, max_parallel: int | None):
-        from softeval.sweep_worker import SweepWorker
+        from softeval.sweep.worker import SweepWorker
 
         self.ray, self.sweep, self.view = ray, sweep, view
         self.cluster_gpus = sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive"))
@@ -338,7 +338,7 @@ def _death(err: Exception) -> str:
 
 
 def _one_line(err: Exception) -> str:
-    from softeval.sweep_worker import one_line
+    from softeval.sweep.worker import one_line
 
     cause = getattr(err, "cause", None)
     return one_line(cause if isinstance(cause, Exception) else err)
@@ -347,7 +347,7 @@ def _one_line(err: Exception) -> str:
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:
     """compare.json (with >= 3 base/post-trained pairs) and report.html in out. A rerun that ran nothing
     leaves existing files untouched."""
-    from softeval.compare import MIN_PAIRS, compare_runs, load_runs
+    from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
 
     compare_path, report_path = sweep.out / "compare.json", sweep.out / "report.html"
     pairs = sweep.pairs if len(sweep.pairs) >= MIN_PAIRS else None
@@ -364,7 +364,7 @@ def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> N
     if pairs and compare_path.exists():
         result.compare_path = compare_path
     if ran or not report_path.exists():
-        from softeval.report import build_report
+        from softeval.analysis.report import build_report
 
         build_report(sweep.out, report_path, pairs)
     result.report_path = report_path

@@ -1,5 +1,5 @@
 """`softeval track FOLDER --task T ...`: the series sweep of one folder of checkpoints, without writing a
-sweep file. It builds the sweep a file with one ``series:`` entry would give (softeval.sweepfile), so
+sweep file. It builds the sweep a file with one ``series:`` entry would give (softeval.sweep.file), so
 the runs, their folders and identities, the resume rule and the report are the sweep's."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_si
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from softeval.pipeline import RunConfig as C
+    from softeval.run.pipeline import RunConfig as C
 
     p = subparsers.add_parser("track", help="score every checkpoint of a training run (a series), each soft "
                                             "prompt warm-started from the previous checkpoint's")
@@ -70,9 +70,9 @@ def track_spec(args: argparse.Namespace) -> dict:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from softeval.sweep import plan, run_sweep
-    from softeval.sweep_view import print_plan
-    from softeval.sweepfile import parse_sweep
+    from softeval.sweep.driver import plan, run_sweep
+    from softeval.sweep.view import print_plan
+    from softeval.sweep.file import parse_sweep
 
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")

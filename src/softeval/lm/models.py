@@ -108,8 +108,8 @@ class LoadedModel:
 
 
 def slug(name: str) -> str:
-    """A model's folder name; the rule lives in one place, ``softeval.runs.folder_name``."""
-    from softeval.runs import folder_name
+    """A model's folder name; the rule lives in one place, ``softeval.store.runs.folder_name``."""
+    from softeval.store.runs import folder_name
 
     return folder_name(name)
 

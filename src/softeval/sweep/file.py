@@ -23,7 +23,7 @@ import yaml
 
 from softeval.checks import is_data_file, is_number
 from softeval.errors import UserError
-from softeval.pipeline import RunConfig
+from softeval.run.pipeline import RunConfig
 from softeval.protocol import METHODS
 
 # `softeval run` options a sweep file may set (top level, per model or per task), with their types.
@@ -37,7 +37,7 @@ RUN_OPTIONS: dict[str, tuple[type, ...]] = {
 LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task
 TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
 MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *RUN_OPTIONS}
-# A model entry that is a series of checkpoints (softeval.series): a folder, or an explicit list.
+# A model entry that is a series of checkpoints (softeval.sweep.series): a folder, or an explicit list.
 SERIES_KEYS = {"name", "series", "checkpoints", "warm_start", "warm_steps", "kind", "resources", *LIST_KEYS,
                *RUN_OPTIONS}
 WARM_STARTS = ("previous", "none")
@@ -101,8 +101,8 @@ class SweepJob:
         ``warm_from`` job wrote; None while that soft prompt does not exist (not run yet, or failed)."""
         if self.warm_from is None:
             return self.config
-        from softeval.pipeline import run_folder
-        from softeval.softprompt import ADAPTER_WEIGHTS
+        from softeval.run.pipeline import run_folder
+        from softeval.lm.softprompt import ADAPTER_WEIGHTS
 
         source = run_folder(self.warm_from.config, "soft-prompt")[0].final / "soft_prompt"
         if not (source / ADAPTER_WEIGHTS).is_file():
@@ -226,7 +226,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
 def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
     """Every job writes its own run folder: two models whose folder names are alike (two local folders
     both called 'final', or one model listed under two spellings) would write the same runs."""
-    from softeval.pipeline import run_folder
+    from softeval.run.pipeline import run_folder
 
     seen: dict[Path, SweepJob] = {}
     for job in jobs:
@@ -341,7 +341,7 @@ def _model(entry: Any, where: str, here: Path) -> ModelEntry:
 
 def _series(entry: dict, where: str, here: Path) -> list[ModelEntry]:
     """A series entry: one ModelEntry per checkpoint, in step order, labelled ``<name>@<step>``."""
-    from softeval.series import discover, from_list
+    from softeval.sweep.series import discover, from_list
 
     if "series" in entry and "checkpoints" in entry:
         raise UserError(f"{where}: a series entry gives 'series' (a folder) or 'checkpoints' (a list), not both")
@@ -388,7 +388,7 @@ def _task(entry: Any, where: str, here: Path) -> TaskEntry:
 
 
 def _check_models(models: list[ModelEntry], where: str) -> None:
-    from softeval.models import check_model_name
+    from softeval.lm.models import check_model_name
 
     labels = [m.label for m in models]
     if len(set(labels)) != len(labels):

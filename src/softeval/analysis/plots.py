@@ -17,8 +17,8 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 
-from softeval.compare import Comparison
-from softeval.index import Run
+from softeval.analysis.compare import Comparison
+from softeval.store.index import Run
 from softeval.protocol import METHODS
 
 METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}

@@ -27,7 +27,7 @@ from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
 from softeval.protocol import METHODS, METRICS
-from softeval.runs import folder_name
+from softeval.store.runs import folder_name
 
 INDEX_NAME = "index.sqlite"
 REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS runs (
     top_answer TEXT,                -- most frequent strict answer and its share, e.g. 'B 46/50'
     model_kind_source TEXT,         -- where model_kind came from: preset, flag, guessed from name
     stamp TEXT,                     -- size and mtime of results.json and samples.jsonl when indexed
-    series TEXT,                    -- the training run this model is a checkpoint of (softeval.series)
+    series TEXT,                    -- the training run this model is a checkpoint of (softeval.sweep.series)
     step INTEGER,                   -- the checkpoint's training step
     finished_at TEXT,
     indexed_at TEXT NOT NULL

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from softeval.errors import UserError
-from softeval.locking import Locked, file_lock
+from softeval.store.locking import Locked, file_lock
 
 RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
 
@@ -190,7 +190,7 @@ class RunFolder:
         unreadable, samples.jsonl not the file it was written with), (None, None) for none."""
         if not self.final.exists():
             return None, None
-        from softeval import index
+        from softeval.store import index
 
         try:
             results = index.load_results(self.final)
@@ -261,7 +261,7 @@ class RunFolder:
 
     def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
         """Write the files into the partial folder, then rename it into place in one step."""
-        from softeval import index
+        from softeval.store import index
 
         folder = self.start()
         text = jsonl_text(samples)
@@ -288,7 +288,7 @@ class RunFolder:
     def index(self) -> None:
         """Add the finished run to the runs index (an idempotent upsert). The folder is the truth:
         when the index cannot take it, say which command rebuilds the index, and carry on."""
-        from softeval import index
+        from softeval.store import index
 
         try:
             index.record_run(self.out, self.final)

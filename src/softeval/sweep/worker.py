@@ -64,8 +64,8 @@ class SweepWorker:
         ``command`` (sweep or track) picks the fix an error suggests (runs.FIXES)."""
         from rich.console import Console
 
-        from softeval.pipeline import is_finished, load_lm, run_job
-        from softeval.runs import OtherSettings
+        from softeval.run.pipeline import is_finished, load_lm, run_job
+        from softeval.store.runs import OtherSettings
 
         started = time.time()
         method = config.methods[0]

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from softeval.errors import UserError
-from softeval.models import POST_TRAINED, end_of_turn_id
+from softeval.lm.models import POST_TRAINED, end_of_turn_id
 from softeval.protocol import METHODS
 from softeval.tasks.base import Example, Task
 

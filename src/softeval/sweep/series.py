@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softeval.errors import UserError
-from softeval.models import MODEL_CONFIG
+from softeval.lm.models import MODEL_CONFIG
 
 # The step is the number at the end of the name, after one of these words (or the whole name).
 _STEP_NAME = re.compile(r"(?:.*?[-_.])?(?:checkpoint|ckpt|global[-_]?step|step|iter(?:ation)?)[-_]?(\d+)|(\d+)",

@@ -20,11 +20,11 @@ import numpy as np
 
 from softeval.checks import is_whole
 from softeval.errors import UserError
-from softeval.index import Run, read_samples, scan
+from softeval.store.index import Run, read_samples, scan
 from softeval.metrics import metric_name
-from softeval.paired import PairedTest, paired_test
+from softeval.analysis.paired import PairedTest, paired_test
 from softeval.protocol import METHODS
-from softeval.ranking_stats import (
+from softeval.analysis.ranking_stats import (
     MIN_BOOT,
     ItemScores,
     batched_rank_correlations,

@@ -23,18 +23,18 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from softeval import engine
+from softeval.lm import engine
 from softeval.checks import check_config
-from softeval.data import seeded_subset
+from softeval.tasks.data import seeded_subset
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
-from softeval.locking import describe
+from softeval.store.locking import describe
 from softeval.metrics import aggregate, answer_counts
-from softeval.models import BASE, load_model
-from softeval.prompting import Prompter, pick_shots, use_chat_template
+from softeval.lm.models import BASE, load_model
+from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.protocol import METHODS
-from softeval.runs import FINGERPRINT, REDO, RunFolder, git_hash, identity_of, now, versions
-from softeval.scoring import (
+from softeval.store.runs import FINGERPRINT, REDO, RunFolder, git_hash, identity_of, now, versions
+from softeval.run.scoring import (
     add_cloze,
     add_letter_loglik,
     add_permutations,
@@ -42,11 +42,11 @@ from softeval.scoring import (
     permuted,
     score_output,
 )
-from softeval.series import checkpoint_fingerprint
-from softeval.softprompt import SoftPrompt, init_identity, init_record
+from softeval.sweep.series import checkpoint_fingerprint
+from softeval.lm.softprompt import SoftPrompt, init_identity, init_record
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
-from softeval.tune import TuneConfig, tune
+from softeval.run.tune import TuneConfig, tune
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
 
@@ -80,7 +80,7 @@ class RunConfig:
     wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
     skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
     permutations: int = 0  # multiple choice: also score each item's letters in this many seeded option orders
-    series: str | None = None  # the model is a checkpoint of this series (softeval.series) ...
+    series: str | None = None  # the model is a checkpoint of this series (softeval.sweep.series) ...
     step: int | None = None  # ... at this training step
 
     def options(self, method: str) -> dict:

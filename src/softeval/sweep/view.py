@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from softeval.models import slug
+from softeval.lm.models import slug
 
 STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "failed": "bold red"}
 

@@ -1,4 +1,4 @@
-"""The `sweep` subcommand: a thin layer over softeval.sweep (parse, call, print, exit code)."""
+"""The `sweep` subcommand: a thin layer over softeval.sweep.driver (parse, call, print, exit code)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from softeval.sweep import plan, run_sweep
-    from softeval.sweep_view import print_plan
-    from softeval.sweepfile import load_sweep
+    from softeval.sweep.driver import plan, run_sweep
+    from softeval.sweep.view import print_plan
+    from softeval.sweep.file import load_sweep
 
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from softeval import checkpoint as ckpt
-from softeval import engine
+from softeval.store import checkpoint as ckpt
+from softeval.lm import engine
 from softeval.metrics import first_step_reaching
-from softeval.scoring import score_output
-from softeval.softprompt import SoftPrompt
+from softeval.run.scoring import score_output
+from softeval.lm.softprompt import SoftPrompt
 from softeval.tasks.base import Example
 
 
@@ -136,7 +136,7 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
     ``checkpoint``: a folder to save the state in at every curve point and to resume from
-    (softeval.checkpoint). The state records ``identity`` (the run's, from the caller), this config
+    (softeval.store.checkpoint). The state records ``identity`` (the run's, from the caller), this config
     and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
     """
     started = time.time()

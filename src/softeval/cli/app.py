@@ -18,7 +18,7 @@ METRIC_COLUMNS = METRICS
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    from softeval.pipeline import RunConfig as C
+    from softeval.run.pipeline import RunConfig as C
 
     p.add_argument("--model", required=True, help="preset name, hub id, local folder or .gguf file")
     p.add_argument("--task", required=True, help="task name (see `softeval tasks`)")
@@ -47,7 +47,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _add_tuning(p: argparse.ArgumentParser) -> None:
-    from softeval.pipeline import RunConfig as C
+    from softeval.run.pipeline import RunConfig as C
 
     p.add_argument("--steps", type=int, default=C.steps, help="tuning steps (default %(default)s)")
     p.add_argument("--tokens", type=int, default=C.tokens, help="soft-prompt vectors (default %(default)s)")
@@ -104,12 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(handler=cmd_models)
 
     try:
-        from softeval import cli_analysis
+        from softeval.cli import analysis as cli_analysis
     except ImportError:
         pass
     else:
         cli_analysis.register(sub)
-    from softeval import cli_sweep, cli_track
+    from softeval.cli import sweep as cli_sweep
+    from softeval.cli import track as cli_track
 
     cli_sweep.register(sub)
     cli_track.register(sub)
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None):
-    from softeval.pipeline import RunConfig
+    from softeval.run.pipeline import RunConfig
 
     values = {k: getattr(args, k) for k in RunConfig.__dataclass_fields__ if hasattr(args, k)}
     values.update(methods=methods, soft_prompt=soft_prompt)
@@ -129,7 +130,7 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def cmd_run(args) -> int:
-    from softeval.pipeline import run_job
+    from softeval.run.pipeline import run_job
 
     results = run_job(_config(args, _methods(args.method)))
     print_table(results)
@@ -137,7 +138,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from softeval.pipeline import run_job
+    from softeval.run.pipeline import run_job
 
     default = "soft-prompt" if args.soft_prompt else "zero-shot,few-shot"
     methods = _methods(args.method or default)
@@ -228,7 +229,7 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from softeval.models import PRESETS, load_model, preset_installed
+    from softeval.lm.models import PRESETS, load_model, preset_installed
 
     rows = []
     for preset in PRESETS.values():

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval import index
-from softeval.compare import (
+from softeval.store import index
+from softeval.analysis.compare import (
     PER_ITEM,
     POST_METHODS,
     Comparison,
@@ -175,7 +175,7 @@ def _p(value: float | None) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from softeval.report import build_report  # matplotlib is slow to import; only this command needs it
+    from softeval.analysis.report import build_report  # matplotlib is slow to import; only this command needs it
 
     out = _runs_dir(args)
     pairs = parse_pairs(args.pair) if args.pair else None

@@ -13,15 +13,15 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from softeval import report_plots as plots
+from softeval.analysis import plots
 from softeval.checks import is_number
-from softeval.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
+from softeval.analysis.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
-from softeval.index import Run, read_samples
+from softeval.store.index import Run, read_samples
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METHODS, METRICS
-from softeval.report_series import series_section
+from softeval.analysis.report_series import series_section
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
