@@ -32,7 +32,8 @@ import torch
 from rich.console import Console
 
 from softeval.lm import engine
-from softeval.run.pipeline import Job, RunConfig
+from softeval.run.config import RunConfig
+from softeval.run.pipeline import Job
 from softeval.lm.softprompt import SoftPrompt
 from softeval.run.tune import batches
 

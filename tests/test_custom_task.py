@@ -11,7 +11,8 @@ import torch
 
 from softeval.cli import app as cli
 from softeval.errors import UserError
-from softeval.run.pipeline import RunConfig, run_job
+from softeval.run.config import RunConfig
+from softeval.run.pipeline import run_job
 from softeval.tasks import get_task
 from softeval.tasks.custom import load_task_file
 

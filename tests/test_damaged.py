@@ -51,7 +51,8 @@ def test_run_warning_about_the_index_points_to_a_command_that_works(tmp_path, ca
     from tiny import format_task, tiny_lm
 
     from softeval import tasks
-    from softeval.run.pipeline import RunConfig, run_job
+    from softeval.run.config import RunConfig
+    from softeval.run.pipeline import run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path / "o"),
@@ -120,7 +121,8 @@ def test_softeval_run_treats_a_damaged_finished_run_as_unfinished(tmp_path, caps
     from tiny import format_task, tiny_lm
 
     from softeval import tasks
-    from softeval.run.pipeline import RunConfig, run_job
+    from softeval.run.config import RunConfig
+    from softeval.run.pipeline import run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=6, out=str(tmp_path),
@@ -147,7 +149,8 @@ def test_the_sweeps_finished_check_changes_nothing(tmp_path, monkeypatch):
 
     from softeval import tasks
     from softeval.errors import UserError
-    from softeval.run.pipeline import RunConfig, is_finished, run_job
+    from softeval.run.config import RunConfig
+    from softeval.run.pipeline import is_finished, run_job
 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     cfg = RunConfig(model="tiny-0", task="toyformat", methods=("zero-shot",), limit=4, out=str(tmp_path),

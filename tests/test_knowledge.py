@@ -25,7 +25,8 @@ from softeval.store import index
 from softeval.analysis.compare import compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, failure_cause
 from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
-from softeval.run.pipeline import RunConfig, run_job
+from softeval.run.config import RunConfig
+from softeval.run.pipeline import run_job
 from softeval.run.scoring import permutations_for, score_output
 from softeval.tasks.base import (
     LETTERS,

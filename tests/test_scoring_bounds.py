@@ -57,7 +57,9 @@ def test_time_limit_kills_the_helper_and_the_next_call_works():
 def test_matcher_past_its_time_limit_marks_the_item_unscorable(monkeypatch, tmp_path):
     from tiny import tiny_lm
 
-    from softeval.run.pipeline import RunConfig, run_job
+    from softeval.run.config import RunConfig
+
+    from softeval.run.pipeline import run_job
 
     task = format_task()
 

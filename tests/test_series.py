@@ -116,7 +116,7 @@ def _checkpoint(folder, seed=0):
 def test_the_fingerdigestis_what_the_folder_holds_not_where_it_lies(tmp_path):
     import shutil
 
-    from softeval.sweep.series import checkpoint_fingerprint
+    from softeval.lm.fingerprint import checkpoint_fingerprint
 
     first = _checkpoint(tmp_path / "a" / "checkpoint-500")
     digest = checkpoint_fingerprint(first)
@@ -144,7 +144,7 @@ def test_the_fingerdigestreads_a_large_weight_file_only_at_its_ends(tmp_path, mo
     first and last MiB (a sparse 3 GiB file here; the reads are counted)."""
     import builtins
 
-    from softeval.sweep import series
+    from softeval.lm import fingerprint
 
     folder = tmp_path / "checkpoint-1"
     folder.mkdir()
@@ -174,13 +174,13 @@ def test_the_fingerdigestreads_a_large_weight_file_only_at_its_ends(tmp_path, mo
             return self.f.seek(*a)
 
     monkeypatch.setattr(builtins, "open", lambda *a, **kw: Counting(real_open(*a, **kw)))
-    before = series.checkpoint_fingerprint(folder)
+    before = fingerprint.checkpoint_fingerprint(folder)
     assert sum(read) <= 2 * 2**20 + 2
     monkeypatch.setattr(builtins, "open", real_open)
     with open(big, "r+b") as f:  # a byte in the last MiB
         f.seek(3 * 2**30 - 10)
         f.write(b"\1")
-    assert series.checkpoint_fingerprint(folder) != before
+    assert fingerprint.checkpoint_fingerprint(folder) != before
 
 
 def test_reports_group_a_checkpoint_by_series_and_step_not_by_its_path(tmp_path):

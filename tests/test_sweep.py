@@ -21,7 +21,8 @@ from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 from softeval.cli import app as cli
 
 from softeval.store import index
-from softeval.run.pipeline import RunConfig, run_job
+from softeval.run.config import RunConfig
+from softeval.run.pipeline import run_job
 from softeval.sweep.driver import run_sweep
 from softeval.sweep.file import load_sweep
 
@@ -257,7 +258,7 @@ def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, a
     ({"models": [{"name": "gemma-3-270m", "resources": {"memory_gb": float("inf")}}]},
      "resources.memory_gb must be a finite number >= 0"),
     ({"seeds": ["0"]}, "'seeds' must be distinct whole numbers"),
-    ({"limit": 0}, "--limit must be between 1 and"),
+    ({"limit": 0}, "'limit' must be between 1 and"),  # named as the file names it
     ({"models": ["gemma-3-270m", "gemma-3-270m"]}, "a model is listed twice"),
     ({"models": []}, "'models' must be a non-empty list"),
     ({"tasks": ["mmlu", "mmlu"]}, "a task is listed twice"),
@@ -340,7 +341,7 @@ def test_a_worker_finding_a_run_with_other_settings_suggests_its_commands_fix(tm
     names a fix of the command in use, never `softeval run`'s --force."""
     from runfactory import write_run
 
-    from softeval.run.pipeline import RunConfig
+    from softeval.run.config import RunConfig
     from softeval.sweep.worker import SweepWorker
 
     run = write_run(tmp_path / "out", "gemma-3-270m", "mmlu", "zero-shot", [True, False])
@@ -406,7 +407,7 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
 
 
 def test_the_example_sweep_parses_and_the_docs_list_every_option():
-    from softeval.sweep.file import RUN_OPTIONS
+    from softeval.sweep.entries import RUN_OPTIONS
 
     root = Path(__file__).parents[1]
     sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
@@ -498,7 +499,7 @@ def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     and a user error reaches the sweep table whole (its fix is at the end); a foreign error is cut."""
     from softeval.run import pipeline
     from softeval.errors import UserError
-    from softeval.sweep.worker import FOREIGN_ERROR_CHARS, SweepWorker, one_line
+    from softeval.sweep.worker import FOREIGN_ERROR_CHARS, SweepWorker, error_line
 
     monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
     config = toy_config(tmp_path / "out", methods=("zero-shot",))
@@ -508,6 +509,6 @@ def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     assert SweepWorker().run(config, str(log), "sweep")["skipped"] is True
     assert "skipped (remove its folder to redo)" in log.read_text() and "--force" not in log.read_text()
     long_fix = "a finished run with other settings is at X (" + "a; " * 300 + "). Set another 'out'."
-    assert one_line(UserError(long_fix)).endswith("Set another 'out'.")
-    cut = one_line(RuntimeError("x" * 2000))
+    assert error_line(UserError(long_fix)).endswith("Set another 'out'.")
+    cut = error_line(RuntimeError("x" * 2000))
     assert len(cut) == FOREIGN_ERROR_CHARS and cut.startswith("RuntimeError: xxx") and cut.endswith("…")

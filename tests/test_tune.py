@@ -125,7 +125,7 @@ def test_early_stop_records_its_step_and_equals_the_full_run_up_to_it(lm):
     # A learning rate too small to move anything: the held-out slice is flat from the start.
     base = dict(num_tokens=4, steps=60, batch_size=8, lr=1e-7, curve_every=10, curve_items=8)
     early = tune(lm, prompter, items[8:], items[:8], TuneConfig(**base, early_stop=True))
-    full = tune(lm, prompter, items[8:], items[:8], TuneConfig(**base))
+    full = tune(lm, prompter, items[8:], items[:8], TuneConfig(**base, early_stop=False))
     assert early.early_stop_step == 20 and early.steps_run == 20  # the first step it may stop at
     assert early.summary()["early_stop_step"] == 20 and full.summary()["early_stop_step"] is None
     assert [p["step"] for p in early.curve if p["format_rate"] is not None] == [0, 10, 20]

@@ -77,7 +77,7 @@ def test_bad_init_path_exits_2_before_any_model_loads(tmp_path, capsys, monkeypa
 
 
 def test_damaged_adapter_is_one_line(tmp_path):
-    from softeval.checks import check_init
+    from softeval.run.validate import check_init
 
     (tmp_path / "adapter_model.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(UserError, match="cannot read soft prompt"):

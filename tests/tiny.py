@@ -9,7 +9,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from softeval.lm.models import BASE, LoadedModel
-from softeval.run.pipeline import RunConfig
+from softeval.run.config import RunConfig
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 

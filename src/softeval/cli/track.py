@@ -7,8 +7,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from softeval.cli.options import add_option
 from softeval.consoles import table_console
 from softeval.errors import UserError
+from softeval.run.config import OPTIONS, RunConfig
+from softeval.sweep.driver import plan, run_sweep
+from softeval.sweep.file import parse_sweep
+from softeval.sweep.view import print_plan
 
 # `softeval run` options track passes on to every run (the sweep file's names).
 PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_size", "eval_batch_size",
@@ -16,8 +21,6 @@ PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_si
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from softeval.run.pipeline import RunConfig as C
-
     p = subparsers.add_parser("track", help="score every checkpoint of a training run (a series), each soft "
                                             "prompt warm-started from the previous checkpoint's")
     p.add_argument("folder", metavar="FOLDER", help="folder of checkpoints (checkpoint-1000/, step2000/, ...)")
@@ -26,25 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="zero-shot,few-shot,soft-prompt", help="comma-separated methods")
     p.add_argument("--seed", type=int, action="append", default=None, help="seed (repeat for several; default 0)")
     p.add_argument("--name", default=None, help="series name (default: the folder's name)")
-    p.add_argument("--out", default=C.out, help="output root for run folders (default %(default)s)")
+    p.add_argument("--out", default=RunConfig.out, help="output root for run folders (default %(default)s)")
     p.add_argument("--warm-start", choices=["previous", "none"], default="previous",
                    help="previous (default): tune each checkpoint's soft prompt from the previous checkpoint's")
     p.add_argument("--warm-steps", type=int, default=None,
                    help="tuning steps of a warm-started soft prompt (default: a third of --steps, rounded up; "
                         "see docs/sweeps.md)")
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None, help=f"tuning steps of the first checkpoint (default {C.steps})")
-    p.add_argument("--shots", type=int, default=None)
-    p.add_argument("--tokens", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--init", default=None, help="the first checkpoint's soft-prompt init (default vocab)")
-    p.add_argument("--source", default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--eval-batch-size", type=int, default=None)
-    p.add_argument("--curve-every", type=int, default=None)
-    p.add_argument("--curve-items", type=int, default=None)
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
+    for key in PASSED:
+        add_option(p, OPTIONS[key], passed_on=True)
     p.add_argument("--dry-run", action="store_true", help="print the job table, load no model")
     p.add_argument("--address", default=None, help="Ray cluster to join (default: Ray on this machine)")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N")
@@ -70,10 +62,6 @@ def track_spec(args: argparse.Namespace) -> dict:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from softeval.sweep.driver import plan, run_sweep
-    from softeval.sweep.view import print_plan
-    from softeval.sweep.file import parse_sweep
-
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
     sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track", command="track")

@@ -5,12 +5,11 @@ This is the single way through the data that ``softeval run``, ``tune`` and ``ev
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -24,16 +23,15 @@ from rich.progress import (
 )
 
 from softeval.lm import engine
-from softeval.checks import check_config
 from softeval.tasks.data import seeded_subset
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
 from softeval.store.locking import describe
 from softeval.metrics import aggregate, answer_counts
 from softeval.lm.models import BASE, load_model
+from softeval.run.config import RunConfig
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
-from softeval.protocol import METHODS
-from softeval.store.runs import FINGERPRINT, REDO, RunFolder, git_hash, identity_of, now, versions
+from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, now, versions
 from softeval.run.scoring import (
     add_cloze,
     add_letter_loglik,
@@ -42,69 +40,13 @@ from softeval.run.scoring import (
     permuted,
     score_output,
 )
-from softeval.sweep.series import checkpoint_fingerprint
-from softeval.lm.softprompt import SoftPrompt, init_identity, init_record
+from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
 from softeval.run.tune import TuneConfig, tune
+from softeval.run.validate import check_config
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
-
-
-@dataclass
-class RunConfig:
-    model: str
-    task: str
-    methods: tuple[str, ...] = METHODS
-    limit: int | None = None
-    steps: int = 80
-    shots: int = 5
-    tokens: int = 10
-    lr: float = 3e-2
-    init: str = "vocab"
-    seed: int = 0
-    source: str = "offline"
-    out: str = "runs"
-    chat_template: str = "auto"
-    batch_size: int = 8
-    eval_batch_size: int = 16
-    curve_every: int = 10
-    curve_items: int = 16
-    length_group: int = 1
-    early_stop: bool = True  # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
-    device: str = "auto"
-    dtype: str = "auto"
-    kind: str | None = None
-    soft_prompt: str | None = None  # score with a saved soft prompt instead of tuning
-    force: bool = False
-    wait: bool = False  # another process is writing the same run: wait for it instead of exit 2
-    skip_bad_rows: bool = False  # skip (and count in results.json) rows lacking a field or with a bad answer
-    permutations: int = 0  # multiple choice: also score each item's letters in this many seeded option orders
-    series: str | None = None  # the model is a checkpoint of this series (softeval.sweep.series) ...
-    step: int | None = None  # ... at this training step
-
-    def options(self, method: str) -> dict:
-        """Every option of the run of one method (results.json "config"); its identity is all of
-        them but ``runs.NOT_IDENTITY``."""
-        data = asdict(self)
-        data["method"] = method
-        data.pop("methods")
-        if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
-            data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
-        data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
-        if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
-            data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
-        return data
-
-
-def folder_sha256(folder: Path) -> str | None:
-    """One sha256 over a folder's files (names and bytes, sorted); None when it is not a folder."""
-    if not folder.is_dir():
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 @dataclass
@@ -415,10 +357,7 @@ def permutation_picks(job: Job, method: str, examples: list, soft) -> list[list[
 
 def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     cfg, console = job.config, job.console
-    tcfg = TuneConfig(num_tokens=cfg.tokens, init=cfg.init, steps=cfg.steps, batch_size=cfg.batch_size,
-                      lr=cfg.lr, seed=cfg.seed, curve_every=cfg.curve_every, curve_items=cfg.curve_items,
-                      length_group=cfg.length_group, early_stop=cfg.early_stop,
-                      eval_batch_size=cfg.eval_batch_size)
+    tcfg = TuneConfig.of(cfg)
     with progress_bar(console) as bar:
         bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)
 

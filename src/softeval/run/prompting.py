@@ -11,22 +11,21 @@ from dataclasses import dataclass, field
 
 from softeval.errors import UserError
 from softeval.lm.models import POST_TRAINED, end_of_turn_id
-from softeval.protocol import METHODS
+from softeval.run.validate import check_methods, check_option
 from softeval.tasks.base import Example, Task
 
 
 def use_chat_template(lm, setting: str) -> bool:
     """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
     silently for a base model. ``on`` without a template is an error."""
+    check_option("chat_template", setting)
     if setting == "off":
         return False
     if setting == "on":
         if not lm.has_chat_template:
             raise UserError(f"--chat-template on, but the tokenizer of {lm.name} has no chat template")
         return True
-    if setting == "auto":
-        return lm.has_chat_template and lm.kind == POST_TRAINED
-    raise UserError(f"unknown --chat-template {setting!r}: use auto, on or off")
+    return lm.has_chat_template and lm.kind == POST_TRAINED  # auto
 
 
 def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
@@ -49,8 +48,7 @@ class Prompter:
 
     def full_text(self, example: Example, method: str) -> str:
         """The rendered prompt (instruction, shots, item; in the chat template when it is on)."""
-        if method not in METHODS:
-            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        check_methods((method,))
         parts = [self.task.instruction]
         if method == "few-shot":
             parts += [self.task.render(s) + self.task.target(s) for s in self.shots]
@@ -109,8 +107,7 @@ class Prompter:
     def cloze_text(self, example: Example, method: str) -> str:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
         puts the shots before it in the same form, each with its gold option's text."""
-        if method not in METHODS:
-            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+        check_methods((method,))
         parts = []
         if method == "few-shot":
             for shot in self.shots:

@@ -22,6 +22,7 @@ import torch
 from softeval.store import checkpoint as ckpt
 from softeval.lm import engine
 from softeval.metrics import first_step_reaching
+from softeval.run.config import RunConfig
 from softeval.run.scoring import score_output
 from softeval.lm.softprompt import SoftPrompt
 from softeval.tasks.base import Example
@@ -29,27 +30,37 @@ from softeval.tasks.base import Example
 
 @dataclass
 class TuneConfig:
-    num_tokens: int = 10
-    init: str = "vocab"
-    steps: int = 80
-    batch_size: int = 8
-    lr: float = 3e-2
+    """The options tuning reads. Its defaults are RunConfig's (the option table); a run builds it from
+    its RunConfig with ``of``. ``weight_decay`` and ``pass_tokens`` are not run options."""
+
+    num_tokens: int = RunConfig.tokens
+    init: str = RunConfig.init
+    steps: int = RunConfig.steps
+    batch_size: int = RunConfig.batch_size
+    lr: float = RunConfig.lr
     weight_decay: float = 0.0
-    seed: int = 0
-    curve_every: int = 10
-    curve_items: int = 16
-    eval_batch_size: int = 16
+    seed: int = RunConfig.seed
+    curve_every: int = RunConfig.curve_every
+    curve_items: int = RunConfig.curve_items
+    eval_batch_size: int = RunConfig.eval_batch_size
     # >1: regroup each window of this many seeded batches by length. On MMLU's tuning split, 8 cuts
     # the padded tokens per step from 2.2x to 1.24x the real ones, but it also puts an item drawn
     # twice in a window into one batch and slowed format learning on the toy task: off by default.
-    length_group: int = 1
+    length_group: int = RunConfig.length_group
     # Padded tokens per forward pass: a batch is split into passes that fit memory (shortest rows
     # together), gradients accumulated; the same gradient as one pass. 0 = from the memory budget.
     pass_tokens: int = 0
     # Stop at a curve point once the held-out slice has plateaued (``plateau``): its target loss did
     # not improve on the best earlier point by EARLY_STOP_MIN_DELTA (relative) and its format_rate
     # did not move. Every curve point then also records ``held_out_loss``.
-    early_stop: bool = False
+    early_stop: bool = RunConfig.early_stop
+
+    @classmethod
+    def of(cls, run: RunConfig) -> TuneConfig:
+        """The tuning options of ``run``."""
+        return cls(num_tokens=run.tokens, init=run.init, steps=run.steps, batch_size=run.batch_size, lr=run.lr,
+                   seed=run.seed, curve_every=run.curve_every, curve_items=run.curve_items,
+                   eval_batch_size=run.eval_batch_size, length_group=run.length_group, early_stop=run.early_stop)
 
 
 @dataclass

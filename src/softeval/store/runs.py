@@ -21,6 +21,7 @@ from pathlib import Path
 
 from softeval.errors import UserError
 from softeval.store.locking import Locked, file_lock
+from softeval.version import __version__
 
 RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
 
@@ -51,7 +52,7 @@ BEFORE_RECORDED = {"early_stop": False, "permutations": 0}
 NOT_RECORDED = "not recorded"
 
 
-# A checkpoint of a series also records this: series.checkpoint_fingerprint of its folder, what it holds
+# A checkpoint of a series also records this: lm.fingerprint.checkpoint_fingerprint of its folder, what it holds
 # rather than where it lies. Two records that both carry it are the same checkpoint exactly when it is
 # equal, wherever the folder was (`model`, its path, is then left out of the identity: a moved or renamed
 # series folder keeps its runs); when either lacks it (a run recorded before it existed), the path is
@@ -350,10 +351,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def versions() -> dict:
-    import torch
+    import torch  # lazy: the store is read by commands that never load a model
     import transformers
-
-    from softeval import __version__
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "softeval": __version__}

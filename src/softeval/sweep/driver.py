@@ -20,11 +20,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from softeval.checks import check_out
+from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
 from softeval.errors import UserError
+from softeval.run.pipeline import is_finished, run_folder
+from softeval.run.validate import check_out
+from softeval.store.runs import OtherSettings
 from softeval.lm.models import slug
 from softeval.sweep.view import SweepView
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
+from softeval.sweep.worker import SweepWorker, error_line
 
 LOG_DIR = ".sweep"  # worker logs under out/ (dot folder: not a run folder for the index)
 
@@ -66,9 +70,6 @@ class SweepResult:
 def plan(sweep: Sweep) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
     a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
-    from softeval.run.pipeline import is_finished, run_folder
-    from softeval.store.runs import OtherSettings
-
     states = []
     for job in sweep.jobs:
         folder, _ = run_folder(job.config, job.method)
@@ -122,7 +123,7 @@ def _connect(address: str | None):
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             return ray, True
-        src = str(Path(__file__).resolve().parents[1])  # workers import the softeval this driver runs
+        src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs
         env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
         ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
@@ -181,8 +182,6 @@ def _amount(key: str, value: float) -> str:
 
 class _Scheduler:
     def __init__(self, ray, sweep: Sweep, states: list[JobState], view: SweepView, max_parallel: int | None):
-        from softeval.sweep.worker import SweepWorker
-
         self.ray, self.sweep, self.view = ray, sweep, view
         self.cluster_gpus = sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive"))
         self.remote = ray.remote(SweepWorker)
@@ -294,7 +293,7 @@ class _Scheduler:
             self._worker_died(worker, state, err)
             return
         except self.ray.exceptions.RayError as err:  # raised outside the job (the worker catches the job's own)
-            self.view.failed(state, _one_line(err))
+            self.view.failed(state, _error_line(err))
         else:
             if answer.get("error"):
                 self.view.failed(state, answer["error"])
@@ -337,18 +336,15 @@ def _death(err: Exception) -> str:
     return f"{type(err).__name__}: {text[:220]}"
 
 
-def _one_line(err: Exception) -> str:
-    from softeval.sweep.worker import one_line
-
+def _error_line(err: Exception) -> str:
+    """A worker's error as the sweep table shows it (the cause a Ray error carries, when it has one)."""
     cause = getattr(err, "cause", None)
-    return one_line(cause if isinstance(cause, Exception) else err)
+    return error_line(cause if isinstance(cause, Exception) else err)
 
 
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:
     """compare.json (with >= 3 base/post-trained pairs) and report.html in out. A rerun that ran nothing
     leaves existing files untouched."""
-    from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
-
     compare_path, report_path = sweep.out / "compare.json", sweep.out / "report.html"
     pairs = sweep.pairs if len(sweep.pairs) >= MIN_PAIRS else None
     if not sweep.out.is_dir():
@@ -364,7 +360,7 @@ def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> N
     if pairs and compare_path.exists():
         result.compare_path = compare_path
     if ran or not report_path.exists():
-        from softeval.analysis.report import build_report
+        from softeval.analysis.report import build_report  # lazy: matplotlib is slow to import
 
         build_report(sweep.out, report_path, pairs)
     result.report_path = report_path

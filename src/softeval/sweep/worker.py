@@ -16,6 +16,12 @@ import traceback
 import uuid
 from pathlib import Path
 
+from rich.console import Console
+
+from softeval.errors import UserError
+from softeval.run.pipeline import is_finished, load_lm, run_job
+from softeval.store.runs import OtherSettings
+
 
 def probe_writable(out: str) -> str | None:
     """None when this process can create ``out`` and write a file in it, else why not (one line)."""
@@ -32,11 +38,9 @@ def probe_writable(out: str) -> str | None:
 FOREIGN_ERROR_CHARS = 500  # a foreign error's line in the sweep table (its traceback is in the job's log)
 
 
-def one_line(err: BaseException) -> str:
+def error_line(err: BaseException) -> str:
     """An error as the sweep reports it: a user error's own message whole (it ends with the fix), else
     its type and last line, cut at ``FOREIGN_ERROR_CHARS`` (the traceback is in the job's log)."""
-    from softeval.errors import UserError
-
     lines = [line for line in str(err).strip().splitlines() if line.strip()]
     if isinstance(err, UserError):
         return " ".join(" ".join(lines).split())
@@ -53,7 +57,7 @@ class SweepWorker:
         self.load_failed: tuple | None = None  # (key, error) of the model that last failed to load
 
     def hello(self, out: str) -> dict:
-        import ray
+        import ray  # lazy: ray is slow to import, and only a worker that Ray started calls this
 
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
@@ -62,18 +66,13 @@ class SweepWorker:
     def run(self, config, log_path: str, command: str = "sweep") -> dict:
         """Run one job (a RunConfig with one method and one seed); its log goes to ``log_path``.
         ``command`` (sweep or track) picks the fix an error suggests (runs.FIXES)."""
-        from rich.console import Console
-
-        from softeval.run.pipeline import is_finished, load_lm, run_job
-        from softeval.store.runs import OtherSettings
-
         started = time.time()
         method = config.methods[0]
         try:
             if is_finished(config, method):  # finished since the driver looked: never run twice
                 return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
         except OtherSettings as err:
-            return {"error": one_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
+            return {"error": error_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
         key = (config.model, config.device, config.dtype, config.kind)
         loaded_in = None
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +86,7 @@ class SweepWorker:
             except Exception as err:
                 with open(log_path, "a", encoding="utf-8") as log:
                     log.write(f"== loading {config.model} (pid {os.getpid()})\n{traceback.format_exc()}")
-                self.load_failed = (key, f"the model did not load: {one_line(err)}")
+                self.load_failed = (key, f"the model did not load: {error_line(err)}")
                 return {"error": self.load_failed[1], "seconds": round(time.time() - started, 2), "pid": os.getpid()}
             self.key = key
             loaded_in = round(time.time() - started, 2)
@@ -101,7 +100,7 @@ class SweepWorker:
                 log.write(traceback.format_exc())
                 if isinstance(err, OtherSettings):
                     err = err.said_by(command)
-                return {"error": one_line(err), "seconds": round(time.time() - started, 2), "pid": os.getpid()}
+                return {"error": error_line(err), "seconds": round(time.time() - started, 2), "pid": os.getpid()}
         result = results[0]
         return {"skipped": bool(skipped), "seconds": round(time.time() - started, 2), "load_seconds": loaded_in,
                 "pid": os.getpid(), "accuracy": (result.get("metrics", {}).get("accuracy") or {}).get("value")}

@@ -1,0 +1,38 @@
+"""Command-line flags from the option table (run/config.py): their names, types, choices, defaults and
+help are the table's, so a flag and a sweep file's key cannot drift apart."""
+
+from __future__ import annotations
+
+import argparse
+
+from softeval.run.config import OPTIONS, Option
+
+
+def add_options(p: argparse.ArgumentParser, where: str) -> None:
+    """The flags of the table's rows given ``where`` (COMMON, TUNING or EVAL), in the table's order."""
+    for row in OPTIONS.values():
+        if row.where == where:
+            add_option(p, row)
+
+
+def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
+    """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
+    (`softeval track`): not given is None, so the run's own default applies, and the help says it."""
+    if row.type is bool:
+        action = argparse.BooleanOptionalAction if row.default else "store_true"
+        kwargs = {"action": action, "default": row.default} if row.default else {"action": action}
+    elif row.required:
+        kwargs = {"required": True}
+    else:
+        kwargs = {"default": row.default}
+        if row.type is not str:
+            kwargs["type"] = row.type
+        if row.choices is not None:
+            kwargs["choices"] = list(row.choices)
+        if row.metavar is not None:
+            kwargs["metavar"] = row.metavar
+    help = row.help
+    if passed_on:
+        kwargs["default"] = None
+        help = help % {"default": row.default}
+    p.add_argument(row.flag, help=help, **kwargs)

@@ -1,0 +1,154 @@
+"""The run options: ``RunConfig``, whose fields are the one option table.
+
+Each option is a field of ``RunConfig`` that carries, beside its default, its type, its allowed range
+or choices, its help text and where it may be given (``option``). That table is the source of
+argparse's flags, choices and defaults (cli/app.py), of the keys and types a sweep file may set
+(sweep/file.py), of the range checks (run/validate.py) and of ``TuneConfig``'s defaults (run/tune.py):
+a default or a range is written once, here. ``series`` and ``step`` are set by `softeval sweep` and
+`softeval track` only, and ``methods`` has a flag of its own per command (``--method``), so they are
+fields without an entry in the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from softeval.lm.fingerprint import checkpoint_fingerprint
+from softeval.lm.softprompt import init_identity
+from softeval.protocol import METHODS
+from softeval.store.runs import FINGERPRINT
+
+# Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
+# only ("eval"). Every option but those with sweep=False may also be set in a sweep file.
+COMMON, TUNING, EVAL = "common", "tuning", "eval"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of the option table: a RunConfig field as the user sets it."""
+
+    key: str  # the RunConfig field and the sweep file's key
+    type: type  # int, float, str or bool (a bool is a switch on the command line)
+    default: Any
+    help: str
+    range: tuple[float, float] | None = None  # smallest and largest allowed value (numbers)
+    choices: tuple[str, ...] | None = None
+    nullable: bool = False  # None is allowed (it means "not set")
+    where: str = COMMON
+    sweep: bool = True  # a sweep file may set it
+    required: bool = False  # on the command line (a sweep file names models and tasks its own way)
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+
+def option(type_: type, default: Any, help: str, **row: Any):
+    """A RunConfig field that is an option; ``row``: the rest of its Option. A required option is a
+    field without a default."""
+    metadata = {"option": dict(type=type_, default=default, help=help, **row)}
+    return field(metadata=metadata) if row.get("required") else field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How the user wrote an option, for the messages that name it: ``--steps 80`` on the command line,
+    ``steps: 80`` in a sweep file."""
+
+    command_line: bool = True
+
+    def key(self, key: str) -> str:
+        return "--" + key.replace("_", "-") if self.command_line else f"'{key}'"
+
+    def setting(self, key: str, value: Any) -> str:
+        return f"{self.key(key)} {value}" if self.command_line else f"{key}: {value}"
+
+
+COMMAND_LINE, SWEEP_FILE = Spelling(True), Spelling(False)
+SEED_RANGE = (-(2**63), 2**63 - 1)
+
+
+@dataclass
+class RunConfig:
+    model: str = option(str, None, "preset name, hub id, local folder or .gguf file", required=True, sweep=False)
+    task: str = option(str, None, "task name (see `softeval tasks`)", required=True, sweep=False)
+    methods: tuple[str, ...] = METHODS
+    limit: int | None = option(int, None, "score this many test items (same items for every run; default: all)",
+                               range=(1, 10**9), nullable=True)
+    shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000))
+    seed: int = option(int, 0, "seed for tuning, init and few-shot picks (default %(default)s)", range=SEED_RANGE)
+    source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file")
+    out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False)
+    chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "
+                                "never for base models", choices=("auto", "on", "off"))
+    kind: str | None = option(str, None, "model kind when it cannot be told from a preset or the name",
+                              choices=("base", "post-trained"), nullable=True, sweep=False)
+    eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
+    device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
+    dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    force: bool = option(bool, False, "replace finished runs instead of skipping them", sweep=False)
+    # another process is writing the same run: wait for it instead of exit 2
+    wait: bool = option(bool, False, "when another process is writing the same run, wait for it "
+                        "(default: exit 2 naming it)")
+    # multiple choice: also score each item's letters in this many seeded option orders
+    permutations: int = option(int, 0, "multiple choice: also score the option letters with the options in K "
+                               "seeded orders (permutation_consistency, circular_accuracy); default off",
+                               range=(0, 1_000), metavar="K")
+    # skip (and count in results.json) rows lacking a field or with a bad answer
+    skip_bad_rows: bool = option(bool, False, "skip data rows that lack a field or whose answer is outside its "
+                                 "options, and count them in results.json (default: stop with an error naming "
+                                 "the file and row)")
+    steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
+    tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
+    lr: float = option(float, 3e-2, "AdamW learning rate (default %(default)s)", where=TUNING)
+    init: str = option(str, "vocab", 'vocab (default), random, text:"...", or from:PATH (warm start from a saved '
+                       "soft prompt: the soft_prompt/ folder of a run)", where=TUNING)
+    batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
+    curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
+                              range=(1, 1_000_000), where=TUNING)
+    curve_items: int = option(int, 16, "held-out tuning items per curve point (default %(default)s)",
+                              range=(0, 1_000_000), where=TUNING)
+    length_group: int = option(int, 1, "regroup each window of this many tuning batches by length, less padding "
+                               "(default 1: off)", range=(1, 1_000_000), where=TUNING)
+    # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
+    early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice's loss and "
+                              "format_rate have plateaued; the step is recorded (default: %(default)s)",
+                              where=TUNING)
+    # score with a saved soft prompt instead of tuning
+    soft_prompt: str | None = option(str, None, "folder of a saved soft prompt (PEFT adapter)", nullable=True,
+                                     where=EVAL, sweep=False)
+    series: str | None = None  # the model is a checkpoint of this series (sweep/series.py) ...
+    step: int | None = None  # ... at this training step
+
+    def options(self, method: str) -> dict:
+        """Every option of the run of one method (results.json "config"); its identity is all of
+        them but ``store.runs.NOT_IDENTITY``."""
+        data = asdict(self)
+        data["method"] = method
+        data.pop("methods")
+        if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
+            data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
+        data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
+        if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
+            data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
+        return data
+
+
+# The option table, in the order the command line lists the flags.
+OPTIONS: dict[str, Option] = {f.name: Option(key=f.name, **f.metadata["option"])
+                              for f in fields(RunConfig) if "option" in f.metadata}
+SWEEP_OPTIONS: tuple[str, ...] = tuple(key for key, o in OPTIONS.items() if o.sweep)
+
+
+def folder_sha256(folder: Path) -> str | None:
+    """One sha256 over a folder's files (names and bytes, sorted); None when it is not a folder."""
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

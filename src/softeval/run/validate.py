@@ -1,0 +1,172 @@
+"""Every run option checked before anything is loaded or written: a bad value is one UserError that
+names the option as the user wrote it (``--steps`` on the command line, ``'steps'`` in a sweep file:
+``Spelling``), so a refused command loads no model and leaves no run folder behind.
+
+The ranges and choices are the option table's (run/config.py); the CLI, sweep files and library users
+share these checks through ``pipeline.Job.prepare`` and ``sweep.file``. Upper bounds are where a larger
+value would exhaust memory before doing anything useful, not taste.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from softeval.checks import is_data_file, is_number, is_whole
+from softeval.errors import UserError
+from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_dtype
+from softeval.lm.softprompt import adapter_shape, init_source
+from softeval.protocol import METHODS
+from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
+
+DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
+
+
+def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
+    """One option's value against its row of the table: its type, range and choices."""
+    row = OPTIONS[key]
+    if value is None and row.nullable:
+        return
+    if row.type is int:
+        if not is_whole(value):
+            raise UserError(f"{name.key(key)} must be a whole number, not {value!r}")
+        low, high = row.range
+        if not low <= value <= high:
+            raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if row.range == SEED_RANGE
+                            else f"{name.key(key)} must be between {low} and {high}, not {value}")
+    elif row.type is float:
+        if not is_number(value) or not math.isfinite(value) or value <= 0:
+            raise UserError(f"{name.key(key)} must be a positive finite number, not {value!r}")
+    elif row.choices is not None and value not in row.choices:
+        choices = ", ".join(row.choices[:-1]) + " or " + row.choices[-1]
+        raise UserError(f"unknown {name.key(key)} {value!r}: use {choices}")
+
+
+def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
+    """The methods of a run: one or more of protocol.METHODS, each once."""
+    if not methods:
+        raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
+    for method in methods:
+        if method not in METHODS:
+            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise UserError(f"a method is given twice in {','.join(methods)}")
+
+
+def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COMMAND_LINE,
+                 on_worker: tuple[str, ...] = ()) -> None:
+    """Every option of a RunConfig; the first bad one is a UserError. ``model_given``: the caller passes
+    a loaded model, so ``cfg.model`` is only a label. ``on_worker``: options checked where the run
+    runs, not here (a sweep's driver checks only the device's name and leaves ``out`` to each worker)."""
+    check_methods(cfg.methods, name)
+    for key in OPTIONS:
+        if key not in ("model", "task"):
+            check_option(key, getattr(cfg, key), name)
+    check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
+    if not isinstance(cfg.source, str) or not cfg.source.strip():
+        raise UserError(f"{name.key('source')} must be offline, hub or a data file")
+    if is_data_file(cfg.source) and not Path(cfg.source).is_file():
+        raise UserError(f"{name.setting('source', cfg.source)}: data file not found (give offline, hub or a data file)")
+    check_device(cfg.device, name, exists="device" not in on_worker)
+    pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
+    if "out" not in on_worker:
+        check_out(cfg.out)
+    if not model_given:
+        check_model_name(cfg.model)
+    if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
+        raise UserError(f"a series must have a name, not {cfg.series!r}")
+    if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):
+        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {cfg.step!r}")
+    if cfg.soft_prompt is not None:
+        given = name.setting("soft_prompt", cfg.soft_prompt)
+        if not Path(cfg.soft_prompt).is_dir():
+            raise UserError(f"{given}: no such folder (give the folder of a saved soft prompt)")
+        shape = check_adapter(given, Path(cfg.soft_prompt))
+        if not model_given:
+            check_width(given, shape, cfg.model)
+
+
+def check_init(value: str, tokens: int | None = None, model: str | None = None,
+               name: Spelling = COMMAND_LINE) -> None:
+    """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
+    vectors, of ``model``'s hidden size where that is known before loading (``check_width``); else it
+    is checked once the model is loaded (softprompt.initialise)."""
+    if value in ("vocab", "random"):
+        return
+    if isinstance(value, str) and value.startswith("text:") and value[5:].strip().strip('"'):
+        return
+    source = init_source(value)
+    if source is not None and str(source):
+        given = name.setting("init", value)
+        if not source.is_dir():
+            raise UserError(f"{given}: no such folder (give the soft_prompt/ folder of a soft-prompt run)")
+        shape = check_adapter(given, source)
+        if tokens is not None and shape[0] != tokens:
+            raise UserError(f"{given}: that soft prompt has {shape[0]} virtual tokens, the run asks for "
+                            f"{name.setting('tokens', tokens)}: pass {name.setting('tokens', shape[0])}")
+        if model is not None:
+            check_width(given, shape, model)
+        return
+    raise UserError(f'{name.key("init")} must be vocab, random, text:"some words" or from:PATH (a saved soft '
+                    f"prompt), not {value!r}")
+
+
+def check_adapter(what: str, folder: Path) -> tuple[int, ...]:
+    """The shape of the saved soft prompt in ``folder`` (read from its header, no model needed): a
+    UserError naming ``what`` when it is unreadable or not [num_virtual_tokens, hidden_size]. Its
+    hidden size is checked against the model once it is loaded (SoftPrompt.load)."""
+    shape = adapter_shape(folder)
+    if len(shape) != 2 or shape[0] < 1:
+        raise UserError(f"{what}: its prompt_embeddings have shape {shape}, not [num_virtual_tokens, hidden_size]")
+    return shape
+
+
+def check_width(what: str, shape: tuple[int, ...], model: str) -> None:
+    """A saved soft prompt's vectors must have the model's hidden size: refused here, before the model
+    loads, where the size can be read from the model's files (``hidden_size_before_loading``); else
+    once it is loaded (``SoftPrompt.load``)."""
+    hidden = hidden_size_before_loading(model)
+    if hidden is not None and shape[1] != hidden:
+        raise UserError(f"{what}: its vectors have {shape[1]} dimensions, model {model} has hidden size {hidden}: "
+                        "it was tuned for another model")
+
+
+def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True) -> None:
+    """A device torch understands and, with ``exists``, this machine has: ``cuda`` without CUDA is
+    refused here, not after the data has been read and the model is half loaded."""
+    found = DEVICE.fullmatch(device) if isinstance(device, str) else None
+    if not found:
+        raise UserError(f"unknown {name.key('device')} {device!r}: use auto, cpu, cuda, cuda:N or mps")
+    if not exists:
+        return
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise UserError(f"--device {device}: {why}; use --device cpu (or auto)")
+        index = int(found.group(1) or 0)
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here "
+                            f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UserError("--device mps: no Apple GPU (MPS) is available here; use --device cpu (or auto)")
+
+
+def check_out(out: str) -> None:
+    """The output root must be a folder (or not exist yet) under folders this user can write."""
+    if not isinstance(out, str) or not out.strip():
+        raise UserError("--out must name a folder")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: give a folder for the run folders")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {out}: {parent} is a file, not a folder")
+            break
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: cannot write under {existing} (permission denied)")
