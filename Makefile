@@ -23,7 +23,9 @@ setup: $(BIN)/softeval
 run: setup
 	$(BIN)/softeval run --model smollm2-135m-instruct --task mmlu --limit 100
 
+# The layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 test-fast: setup

@@ -42,7 +42,7 @@ class PairedTest:
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
     """Two-sided exact McNemar p-value: the discordant items as a binomial test with p = 1/2."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # lazy: scipy.stats is slow to import
 
     discordant = a_only + b_only
     if discordant == 0:

@@ -18,6 +18,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from softeval.analysis.compare import Comparison
+from softeval.diagnosis import CAUSES
 from softeval.store.index import Run
 from softeval.protocol import METHODS
 
@@ -209,8 +210,6 @@ def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: st
 def failure_bars(rows: list[tuple[str, dict]], task: str) -> Figure:
     """Stacked share of items per failure cause, one bar per (model, method) run: what the strict
     format lost, and why."""
-    from softeval.diagnosis import CAUSES
-
     fig = Figure(figsize=(max(5.5, 0.55 * len(rows) + 2.5), 3.4))
     ax = fig.subplots()
     bottom = [0.0] * len(rows)

@@ -166,7 +166,7 @@ def pick_dtype(dtype: str, device: str) -> torch.dtype:
 
 
 def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, device_map):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: slow to import; only a load needs it
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs, **_not_mistral_kwargs(source))
@@ -185,7 +185,7 @@ def _not_mistral_kwargs(source: str) -> dict:
     tokenizers): a false alarm for every other model, our dequantised Gemma preset included.
     Mistral checkpoints keep the check.
     """
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase  # lazy (see _from_pretrained)
 
     if not hasattr(PreTrainedTokenizerBase, "_patch_mistral_regex"):
         return {}
@@ -202,7 +202,7 @@ def converted_path(preset: Preset) -> Path:
     transformers 5 reads the GGUF's user-defined pieces, such as runs of spaces and HTML tags, as
     added tokens, as the original tokenizer has them; 4.x does not, and splits "  There" into
     two tokens where 5 has "▁▁" + "There"). A copy made by another major is never reused."""
-    import transformers
+    import transformers  # lazy (see _from_pretrained)
 
     major = transformers.__version__.split(".")[0]
     return cache_root() / "models" / f"{preset.name}-v{CACHE_VERSION}-tf{major}"
@@ -243,7 +243,7 @@ def bpe_from_ranked_unigram(tokenizer) -> None:
     recovered the way SentencePiece BPE models are converted: every split of a piece into two
     pieces of the vocabulary is a merge, ordered by the score of the merged piece.
     """
-    from tokenizers import models
+    from tokenizers import models  # lazy: only a GGUF tokenizer without merges needs it
 
     backend = tokenizer.backend_tokenizer
     spec = json.loads(backend.to_str())["model"]

@@ -78,7 +78,7 @@ def scoring_flops(shape: Shape, rows: Sequence[tuple[int, int]]) -> float:
 def matmul_peak(device="cpu", dtype=None, n: int | None = None, seconds: float = 0.5) -> float:
     """Measured FLOP/s of a square ``n x n`` matmul (best of repeated timings over ``seconds``):
     the floor a tuning step is compared with. Defaults: n=1024 on CPU, 8192 on CUDA."""
-    import torch
+    import torch  # lazy: the FLOP counts above need no torch
 
     device = torch.device(device)
     dtype = dtype or torch.float32

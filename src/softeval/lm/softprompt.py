@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from softeval.errors import UserError
@@ -31,8 +32,6 @@ def init_source(init: str) -> Path | None:
 def adapter_shape(folder: str | Path) -> tuple[int, ...]:
     """The shape of a saved soft prompt's ``prompt_embeddings``, read from the safetensors header (no
     tensor is loaded); a UserError when the folder holds no readable soft prompt."""
-    from safetensors import safe_open
-
     weights = Path(folder) / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise UserError(f"no soft prompt at {folder}: expected {ADAPTER_WEIGHTS} (and {ADAPTER_CONFIG}), "

@@ -12,7 +12,9 @@ scored. Docs: docs/sweeps.md.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -111,9 +113,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
 
 def _connect(address: str | None):
     """Ray, and whether we started it (then we stop it). Already connected (library use): reused."""
-    import logging
-
-    import ray
+    import ray  # lazy: ray is slow to import, and a plan or a finished sweep never starts it
 
     if address:
         check_reachable(address)
@@ -137,8 +137,6 @@ def _connect(address: str | None):
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """A host:port (or ray://host:port) address must accept a connection: Ray itself would retry a
     wrong one for minutes. ``auto`` is left to Ray (it fails at once without a local cluster)."""
-    import socket
-
     if address == "auto":
         return
     hostport = address.split("://", 1)[-1].rstrip("/")

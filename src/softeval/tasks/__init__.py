@@ -7,6 +7,7 @@ from pathlib import Path
 from softeval.errors import UserError
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
+from softeval.tasks.custom import is_task_file, load_task_file
 
 TASKS: dict[str, Task] = {t.name: t for t in (
     mmlu.TASK, gsm8k.TASK, math500.TASK, triviaqa.TASK, squad.TASK, arc.ARC_CHALLENGE, arc.ARC_EASY,
@@ -17,8 +18,6 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 def get_task(name: str) -> Task:
     if name in TASKS:
         return TASKS[name]
-    from softeval.tasks.custom import is_task_file, load_task_file
-
     if is_task_file(name):
         if not Path(name).is_file():
             raise UserError(f"task file not found: {name}")

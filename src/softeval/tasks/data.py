@@ -22,7 +22,7 @@ LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet", ".arrow")
 
 def read_arrow(path: Path, columns: Sequence[str] | None = None) -> list[dict]:
     """A ``save_to_disk`` shard (Arrow IPC stream) or an Arrow file (only ``columns``, when given)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow is slow to import, and most tasks read no Arrow file
     import pyarrow.ipc as ipc
 
     source = pa.memory_map(str(path))
@@ -103,7 +103,7 @@ def read_local(path: str | Path) -> list[dict]:
     if name.endswith(".csv"):
         return read_csv(path)
     if name.endswith((".parquet", ".arrow")):
-        import pyarrow as pa
+        import pyarrow as pa  # lazy (read_arrow)
 
         try:
             if name.endswith(".arrow"):
@@ -119,7 +119,7 @@ def read_local(path: str | Path) -> list[dict]:
 def read_hub(dataset: str, config: str | None, split: str) -> list[dict]:
     """Rows of a hub dataset split (needs the optional ``datasets`` package and hub access)."""
     try:
-        import datasets
+        import datasets  # lazy: optional (the hub extra), and slow to import
     except ImportError:
         raise UserError("--source hub needs the `datasets` package: pip install 'softeval[hub]'") from None
     try:

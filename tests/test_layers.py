@@ -1,0 +1,29 @@
+"""The layer contract (pyproject.toml, docs/architecture.md) is what `lint-imports` checks in CI: it
+holds on the package as it is, and an upward import planted in a copy of it breaks it."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(src: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=src.parent,
+                          env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed (the test extra has it)")
+def test_the_layers_hold_and_an_upward_import_breaks_them(tmp_path):
+    assert lint(ROOT / "src").returncode == 0, lint(ROOT / "src").stdout
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "softeval", src / "softeval", ignore=shutil.ignore_patterns("__pycache__"))
+    models = src / "softeval" / "lm" / "models.py"
+    models.write_text(models.read_text() + "\nfrom softeval.run import pipeline  # planted: lm importing run\n")
+    broken = lint(src)
+    assert broken.returncode != 0
+    assert "softeval.lm is not allowed to import softeval.run" in broken.stdout
