@@ -80,7 +80,8 @@ class RunConfig:
     limit: int | None = option(int, None, "score this many test items (same items for every run; default: all)",
                                range=(1, 10**9), nullable=True)
     shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000))
-    seed: int = option(int, 0, "seed for tuning, init and few-shot picks (default %(default)s)", range=SEED_RANGE)
+    seed: int = option(int, 0, "seed for tuning, init and few-shot picks (default %(default)s)", range=SEED_RANGE,
+                       sweep=False)  # a sweep file lists `seeds`
     source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file")
     out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False)
     chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from softeval.errors import UserError
-from softeval.run.pipeline import is_finished, load_lm, run_job
+from softeval.run import pipeline  # its functions looked up at call time: tests replace them
 from softeval.store.runs import OtherSettings
 
 
@@ -69,7 +69,7 @@ class SweepWorker:
         started = time.time()
         method = config.methods[0]
         try:
-            if is_finished(config, method):  # finished since the driver looked: never run twice
+            if pipeline.is_finished(config, method):  # finished since the driver looked: never run twice
                 return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
         except OtherSettings as err:
             return {"error": error_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
@@ -82,7 +82,7 @@ class SweepWorker:
             if self.load_failed is not None and self.load_failed[0] == key:  # not loaded again for each job
                 return {"error": self.load_failed[1], "seconds": 0.0, "pid": os.getpid()}
             try:
-                self.lm = load_lm(config)
+                self.lm = pipeline.load_lm(config)
             except Exception as err:
                 with open(log_path, "a", encoding="utf-8") as log:
                     log.write(f"== loading {config.model} (pid {os.getpid()})\n{traceback.format_exc()}")
@@ -95,7 +95,7 @@ class SweepWorker:
             console.print(f"== {config.model} / {config.task} / {method} / seed {config.seed} (pid {os.getpid()})")
             skipped: list[str] = []  # finished by another process while this job waited for its lock
             try:
-                results = run_job(config, console=console, lm=self.lm, on_skip=skipped.append, command=command)
+                results = pipeline.run_job(config, console=console, lm=self.lm, on_skip=skipped.append, command=command)
             except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
                 if isinstance(err, OtherSettings):
