@@ -18,8 +18,9 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from softeval.analysis.compare import Comparison
-from softeval.store.index import Run
+from softeval.diagnosis import CAUSES
 from softeval.protocol import METHODS
+from softeval.store.format import Run
 
 METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}
 PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}
@@ -209,8 +210,6 @@ def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: st
 def failure_bars(rows: list[tuple[str, dict]], task: str) -> Figure:
     """Stacked share of items per failure cause, one bar per (model, method) run: what the strict
     format lost, and why."""
-    from softeval.diagnosis import CAUSES
-
     fig = Figure(figsize=(max(5.5, 0.55 * len(rows) + 2.5), 3.4))
     ax = fig.subplots()
     bottom = [0.0] * len(rows)

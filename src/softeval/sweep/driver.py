@@ -12,7 +12,9 @@ scored. Docs: docs/sweeps.md.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,13 +22,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
 from softeval.checks import check_out
 from softeval.errors import UserError
-from softeval.lm.models import slug
-from softeval.sweep.view import SweepView
+from softeval.run import pipeline
+from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
+from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
-
-LOG_DIR = ".sweep"  # worker logs under out/ (dot folder: not a run folder for the index)
+from softeval.sweep.view import SweepView
+from softeval.sweep.worker import SweepWorker, one_line
 
 
 @dataclass
@@ -66,15 +70,12 @@ class SweepResult:
 def plan(sweep: Sweep) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
     a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
-    from softeval.run.pipeline import is_finished, run_folder
-    from softeval.store.runs import OtherSettings
-
     states = []
     for job in sweep.jobs:
-        folder, _ = run_folder(job.config, job.method)
+        folder, _ = pipeline.run_folder(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
         try:
-            done = config is not None and is_finished(config, job.method)
+            done = config is not None and pipeline.is_finished(config, job.method)
         except OtherSettings as err:
             raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
@@ -110,9 +111,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
 
 def _connect(address: str | None):
     """Ray, and whether we started it (then we stop it). Already connected (library use): reused."""
-    import logging
-
-    import ray
+    import ray  # lazy: slow to import, and a dry run or a finished sweep never starts it
 
     if address:
         check_reachable(address)
@@ -136,8 +135,6 @@ def _connect(address: str | None):
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """A host:port (or ray://host:port) address must accept a connection: Ray itself would retry a
     wrong one for minutes. ``auto`` is left to Ray (it fails at once without a local cluster)."""
-    import socket
-
     if address == "auto":
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
@@ -181,8 +178,6 @@ def _amount(key: str, value: float) -> str:
 
 class _Scheduler:
     def __init__(self, ray, sweep: Sweep, states: list[JobState], view: SweepView, max_parallel: int | None):
-        from softeval.sweep.worker import SweepWorker
-
         self.ray, self.sweep, self.view = ray, sweep, view
         self.cluster_gpus = sum(n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive"))
         self.remote = ray.remote(SweepWorker)
@@ -197,7 +192,7 @@ class _Scheduler:
         self.calls: dict = {}  # ObjectRef -> (worker, JobState or None for hello)
         self.any_job_started = False
         self.start_deaths: dict[str, int] = {}  # workers of a model that died before answering
-        self.log_dir = sweep.out / LOG_DIR / "logs"
+        self.log_dir = sweep.out / SWEEP_FOLDER / "logs"
 
     def run(self) -> None:
         self._fill()
@@ -283,7 +278,7 @@ class _Scheduler:
             self._next(worker)
             return
         self.any_job_started = True
-        log = self.log_dir / f"{slug(state.job.model.queue)}.log"
+        log = self.log_dir / f"{folder_name(state.job.model.queue)}.log"
         self.calls[worker.actor.run.remote(config, str(log), self.sweep.command)] = (worker, state)
         self.view.running(state, worker.info)
 
@@ -338,8 +333,6 @@ def _death(err: Exception) -> str:
 
 
 def _one_line(err: Exception) -> str:
-    from softeval.sweep.worker import one_line
-
     cause = getattr(err, "cause", None)
     return one_line(cause if isinstance(cause, Exception) else err)
 
@@ -347,9 +340,7 @@ def _one_line(err: Exception) -> str:
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:
     """compare.json (with >= 3 base/post-trained pairs) and report.html in out. A rerun that ran nothing
     leaves existing files untouched."""
-    from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
-
-    compare_path, report_path = sweep.out / "compare.json", sweep.out / "report.html"
+    compare_path, report_path = sweep.out / COMPARE_FILE, sweep.out / REPORT_FILE
     pairs = sweep.pairs if len(sweep.pairs) >= MIN_PAIRS else None
     if not sweep.out.is_dir():
         return
@@ -357,14 +348,14 @@ def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> N
         try:
             comparison = compare_runs(load_runs(sweep.out)[0], pairs)
         except UserError as err:
-            result.notes.append(f"no compare.json: {err}")
+            result.notes.append(f"no {COMPARE_FILE}: {err}")
             pairs = None
         else:
             compare_path.write_text(json.dumps(comparison.to_json(), indent=2))
     if pairs and compare_path.exists():
         result.compare_path = compare_path
     if ran or not report_path.exists():
-        from softeval.analysis.report import build_report
+        from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
 
         build_report(sweep.out, report_path, pairs)
     result.report_path = report_path
