@@ -121,7 +121,7 @@ def _connect(address: str | None):
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             return ray, True
-        src = str(Path(__file__).resolve().parents[1])  # workers import the softeval this driver runs
+        src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs (src/)
         env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
         ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
