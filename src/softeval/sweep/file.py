@@ -25,6 +25,7 @@ from softeval.checks import is_data_file, is_number
 from softeval.errors import UserError
 from softeval.run.pipeline import RunConfig
 from softeval.protocol import METHODS
+from softeval.store.format import SOFT_PROMPT_FOLDER
 
 # `softeval run` options a sweep file may set (top level, per model or per task), with their types.
 RUN_OPTIONS: dict[str, tuple[type, ...]] = {
@@ -104,7 +105,7 @@ class SweepJob:
         from softeval.run.pipeline import run_folder
         from softeval.lm.softprompt import ADAPTER_WEIGHTS
 
-        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / "soft_prompt"
+        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / SOFT_PROMPT_FOLDER
         if not (source / ADAPTER_WEIGHTS).is_file():
             return None
         return replace(self.config, init=f"from:{source}")
