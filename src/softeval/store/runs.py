@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from softeval import __version__
 from softeval.errors import UserError
 from softeval.store import index
 from softeval.store.format import (
@@ -40,9 +39,8 @@ from softeval.store.format import (
     seed_folder,
     verify_samples,
 )
-from softeval.store.locking import Locked, file_lock
-
-RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
+from softeval.store.locking import file_lock
+from softeval.version import __version__
 
 # The run's identity is every option it was run with (results.json "config") except these, which
 # provably cannot change a number in its files; anything else, including options added later, is
