@@ -14,6 +14,7 @@ from runfactory import demo_runs, outcomes, write_run
 from softeval.cli import app as cli
 
 from softeval.store import index
+from softeval.store.format import INDEX_FILE, scan
 
 
 def _runs(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -24,9 +25,9 @@ def _runs(argv: list[str], capsys) -> tuple[int, str, str]:
 
 def _damage_index(out: Path) -> bytes:
     for extra in ("-wal", "-shm"):
-        Path(f"{out / index.INDEX_NAME}{extra}").unlink(missing_ok=True)
+        Path(f"{out / INDEX_FILE}{extra}").unlink(missing_ok=True)
     junk = os.urandom(4096)
-    (out / index.INDEX_NAME).write_bytes(junk)
+    (out / INDEX_FILE).write_bytes(junk)
     return junk
 
 
@@ -40,7 +41,7 @@ def test_random_bytes_index_says_what_to_do_and_rebuild_keeps_it_aside(tmp_path,
     assert "damaged" in err and f"softeval runs {tmp_path} --rebuild" in err
     code, out, err = _runs(["runs", str(tmp_path), "--rebuild"], capsys)
     assert code == 0 and "model-a" in out
-    aside = [p for p in tmp_path.iterdir() if p.name.startswith(index.INDEX_NAME + ".damaged")]
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(INDEX_FILE + ".damaged")]
     assert len(aside) == 1 and aside[0].read_bytes() == junk and "kept the damaged index as" in out + err
     code, out, _ = _runs(["runs", str(tmp_path)], capsys)
     assert code == 0 and "model-a" in out
@@ -100,9 +101,9 @@ def test_an_older_run_without_a_checksum_is_checked_by_its_row_count(tmp_path):
     results = json.loads((run / "results.json").read_text())
     del results["samples_sha256"], results["samples_count"]
     (run / "results.json").write_text(json.dumps(results))
-    assert [r.path for r in index.scan(tmp_path).runs] == [run]  # still readable
+    assert [r.path for r in scan(tmp_path).runs] == [run]  # still readable
     _tear(run, "short")
-    assert index.scan(tmp_path).skipped == [(run, "samples.jsonl has 7 rows but results.json says n=10: "
+    assert scan(tmp_path).skipped == [(run, "samples.jsonl has 7 rows but results.json says n=10: "
                                                   "damaged (rerun it with `softeval run` and the same options)")]
 
 
@@ -174,8 +175,8 @@ def test_an_emptied_index_is_rebuilt_from_the_folders_not_listed_as_no_runs(tmp_
     write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
     index.rebuild(tmp_path)
     for extra in ("-wal", "-shm"):
-        Path(f"{tmp_path / index.INDEX_NAME}{extra}").unlink(missing_ok=True)
-    (tmp_path / index.INDEX_NAME).write_bytes(b"")
+        Path(f"{tmp_path / INDEX_FILE}{extra}").unlink(missing_ok=True)
+    (tmp_path / INDEX_FILE).write_bytes(b"")
     code, out, err = _runs(["runs", str(tmp_path)], capsys)
     assert code == 0 and "model-a" in out and "1 finished runs" in out
 
@@ -236,7 +237,7 @@ def test_a_results_json_whose_n_is_not_a_count_is_skipped_by_name(tmp_path, caps
     run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
     results = json.loads((run / "results.json").read_text())
     (run / "results.json").write_text(json.dumps({**results, "n": n}))
-    assert index.scan(tmp_path).skipped == [(run, "results.json 'n' is not a count of items")]
+    assert scan(tmp_path).skipped == [(run, "results.json 'n' is not a count of items")]
     code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
     assert code == 0 and "Traceback" not in err
 
@@ -253,7 +254,7 @@ def test_report_output_that_cannot_be_a_file_is_one_line(tmp_path, capsys, where
 
 def test_an_index_path_that_is_a_folder_says_how_to_rebuild(tmp_path, capsys):
     write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
-    (tmp_path / index.INDEX_NAME).mkdir()
+    (tmp_path / INDEX_FILE).mkdir()
     code, out, err = _runs(["runs", str(tmp_path)], capsys)
     assert code == 2 and "Traceback" not in err and f"softeval runs {tmp_path} --rebuild" in err
     code, out, err = _runs(["runs", str(tmp_path), "--rebuild"], capsys)

@@ -11,6 +11,7 @@ import pytest
 from runfactory import outcomes, write_run
 
 from softeval.store import index
+from softeval.store.format import INDEX_FILE, RunFormatError
 
 WRITES_PER_PROCESS = 15
 
@@ -27,14 +28,14 @@ def test_record_run_is_an_idempotent_upsert(tmp_path: Path) -> None:
         "org/model-a", "mmlu", "zero-shot", 0, 20)
     assert row["accuracy"] == pytest.approx(0.4)
     assert row["metrics"]["format_rate"]["value"] == 1.0
-    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
+    conn = sqlite3.connect(tmp_path / INDEX_FILE)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
 
 def test_record_run_refuses_a_partial_folder(tmp_path: Path) -> None:
     run = write_run(tmp_path, "m", "mmlu", "zero-shot", outcomes(5, 0.4), partial=True)
-    with pytest.raises(index.RunFormatError, match="partial"):
+    with pytest.raises(RunFormatError, match="partial"):
         index.record_run(tmp_path, run)
 
 
@@ -49,7 +50,7 @@ def test_two_processes_writing_at_once_both_land(tmp_path: Path) -> None:
         for k in range(WRITES_PER_PROCESS):
             write_run(tmp_path, f"model-{who}", "mmlu", "zero-shot", outcomes(10, 0.5), seed=k)
     # No index exists yet, so the two processes also race to create the database and switch it to WAL.
-    assert not (tmp_path / index.INDEX_NAME).exists()
+    assert not (tmp_path / INDEX_FILE).exists()
     ctx = mp.get_context("fork")
     start = ctx.Event()
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), who, start)) for who in (0, 1)]
@@ -62,7 +63,7 @@ def test_two_processes_writing_at_once_both_land(tmp_path: Path) -> None:
     rows = index.list_runs(tmp_path)
     assert sorted((r["model"], r["seed"]) for r in rows) == sorted(
         (f"model-{who}", k) for who in (0, 1) for k in range(WRITES_PER_PROCESS))
-    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
+    conn = sqlite3.connect(tmp_path / INDEX_FILE)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 
@@ -152,7 +153,7 @@ def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Pat
     index.record_run(tmp_path, run)
     assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
     # An index written before the column existed: drop it, as that index never had it.
-    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
+    conn = sqlite3.connect(tmp_path / INDEX_FILE)
     conn.execute("ALTER TABLE runs DROP COLUMN top_answer")
     conn.commit()
     conn.close()

@@ -22,6 +22,7 @@ from softeval.cli import analysis as cli_analysis
 from softeval.lm import engine
 
 from softeval.store import index
+from softeval.store.format import INDEX_FILE
 from softeval.analysis.compare import compare_runs, load_runs, paired_method_tests
 from softeval.diagnosis import CAUSES, failure_cause
 from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
@@ -410,7 +411,7 @@ def test_old_run_folders_load_in_runs_compare_and_report(tmp_path, capsys):
 
 def test_an_old_index_gets_the_new_metric_columns(tmp_path):
     _legacy_runs(tmp_path)
-    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)
+    conn = sqlite3.connect(tmp_path / INDEX_FILE)
     conn.execute("CREATE TABLE runs (path TEXT PRIMARY KEY, model TEXT NOT NULL, model_kind TEXT, task TEXT NOT NULL,"
                  " method TEXT NOT NULL, seed INTEGER NOT NULL, n INTEGER, accuracy REAL, format_rate REAL,"
                  " knowledge_accuracy REAL, lenient_accuracy REAL, loglik_accuracy REAL, metrics_json TEXT NOT NULL,"

@@ -57,13 +57,13 @@ def test_methods_and_metrics_are_one_list_each():
     from softeval import protocol
     from softeval.cli import app as cli
     from softeval.analysis import compare
-    from softeval.store import index
+    from softeval.store import format, index
     from softeval.run import pipeline
     from softeval.run import prompting
     from softeval.analysis import report
     from softeval.analysis import plots as report_plots
 
-    for module in (index, prompting, pipeline, compare, report, report_plots):
+    for module in (format, prompting, pipeline, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS
     for module in (index, report, cli):
         assert module.METRICS is protocol.METRICS

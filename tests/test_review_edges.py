@@ -58,7 +58,7 @@ def test_force_replaces_the_finished_run_only_when_the_new_one_is_complete(toy, 
 def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_path):
     """A soft prompt of another model (refused once the model is known, under the run lock) used to
     leave <model>/<task>/soft-prompt/ behind, which runs/compare/report then listed as 'not a run folder'."""
-    from softeval.store import index
+    from softeval.store.format import scan
 
     run_job(_config(tmp_path / "a", methods=("soft-prompt",)), lm=tiny_lm())
     sp = tmp_path / "a/tiny-0/toyformat/soft-prompt/seed0/soft_prompt"
@@ -67,7 +67,7 @@ def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_p
     with pytest.raises(UserError, match="another model"):
         run_job(_config(out, model="tiny-1", methods=("soft-prompt",), soft_prompt=str(sp)),
                 lm=tiny_lm(seed=1, hidden=16))
-    assert list(out.iterdir()) == [] and index.scan(out).skipped == []
+    assert list(out.iterdir()) == [] and scan(out).skipped == []
     run_job(_config(out, methods=("zero-shot",)), lm=tiny_lm())  # a run beside it keeps its folders
     assert [p.name for p in (out / "tiny-0/toyformat").iterdir()] == ["zero-shot"]
 

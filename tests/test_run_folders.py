@@ -11,7 +11,7 @@ from tiny import tiny_lm
 from softeval.store import index
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
-from softeval.store.runs import folder_name
+from softeval.store.format import folder_name
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"
 

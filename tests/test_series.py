@@ -69,13 +69,14 @@ def test_older_index_gets_series_columns(tmp_path):
     from runfactory import write_run
 
     from softeval.store import index
+    from softeval.store.format import INDEX_FILE
 
     run = write_run(tmp_path, "m", "mmlu", "zero-shot", [True, False])
     results = json.loads((run / "results.json").read_text())
     results.update(series="r1", step=300)
     (run / "results.json").write_text(json.dumps(results))
     index.rebuild(tmp_path)
-    conn = sqlite3.connect(tmp_path / index.INDEX_NAME)  # as an index written before the columns existed
+    conn = sqlite3.connect(tmp_path / INDEX_FILE)  # as an index written before the columns existed
     conn.execute("ALTER TABLE runs DROP COLUMN series")
     conn.execute("ALTER TABLE runs DROP COLUMN step")
     conn.commit()
@@ -188,7 +189,7 @@ def test_reports_group_a_checkpoint_by_series_and_step_not_by_its_path(tmp_path)
     knowledge section and the paired tests."""
     from pathlib import Path
 
-    from softeval.store.index import Run
+    from softeval.store.format import Run
 
     before = Run(Path("a"), "a", {"model": "/old/ckpts/checkpoint-5", "series": "ckpts", "step": 5})
     after = Run(Path("b"), "b", {"model": "/new/ckpts/checkpoint-5", "series": "ckpts", "step": 5})

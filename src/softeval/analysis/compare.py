@@ -18,12 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from softeval.checks import is_whole
-from softeval.errors import UserError
-from softeval.store.index import Run, read_samples, scan
-from softeval.metrics import metric_name
 from softeval.analysis.paired import PairedTest, paired_test
-from softeval.protocol import METHODS
 from softeval.analysis.ranking_stats import (
     MIN_BOOT,
     ItemScores,
@@ -32,6 +27,11 @@ from softeval.analysis.ranking_stats import (
     percentile_interval,
     rank_correlations,
 )
+from softeval.checks import is_whole
+from softeval.errors import UserError
+from softeval.metrics import metric_name
+from softeval.protocol import METHODS
+from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
 PER_ITEM: dict[str, tuple[str, str | None]] = {
@@ -102,14 +102,15 @@ def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
     num_field, den_field = PER_ITEM[metric]
     per_seed: list[dict[str, tuple[float, float]]] = []
     for run in sorted(runs, key=lambda r: r.seed):
-        try:  # runs come from index.scan, which checked samples.jsonl against results.json
+        try:  # runs come from scan, which checked samples.jsonl against results.json
             samples = read_samples(run.path)
         except (OSError, ValueError) as exc:
-            raise UserError(f"{run.rel}: samples.jsonl cannot be read ({exc}), so items cannot be resampled") from None
+            raise UserError(f"{run.rel}: {SAMPLES_FILE} cannot be read ({exc}), so items cannot be "
+                            "resampled") from None
         rows: dict[str, tuple[float, float]] = {}
         for row_no, sample in enumerate(samples, 1):
             if sample.get(num_field) is None:
-                raise UserError(f"{run.rel}: samples.jsonl row {row_no} has no '{num_field}', "
+                raise UserError(f"{run.rel}: {SAMPLES_FILE} row {row_no} has no '{num_field}', "
                                 f"so {metric} cannot be computed per item")
             den = 1.0 if den_field is None else float(bool(sample.get(den_field)))
             rows[str(sample["id"])] = (float(bool(sample[num_field])) * den, den)
@@ -122,7 +123,7 @@ def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
 
 def runs_of(runs: list[Run], name: str) -> list[Run]:
     """A model's runs, by the name it was run under or by its folder name."""
-    return [r for r in runs if name in (r.model, r.slug)]
+    return [r for r in runs if name in (r.model, r.model_folder)]
 
 
 def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:

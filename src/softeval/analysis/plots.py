@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 
 from softeval.analysis.compare import Comparison
 from softeval.diagnosis import CAUSES
-from softeval.store.index import Run
 from softeval.protocol import METHODS
+from softeval.store.format import Run
 
 METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}
 PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}

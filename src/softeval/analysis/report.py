@@ -7,21 +7,19 @@ prompts, model outputs) is escaped, since model outputs are arbitrary text.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from softeval.analysis import plots
-from softeval.checks import is_number
 from softeval.analysis.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
+from softeval.analysis.report_series import series_section
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
-from softeval.store.index import Run, read_samples
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METHODS, METRICS
-from softeval.analysis.report_series import series_section
+from softeval.store.format import CURVE_FILE, REPORT_FILE, SAMPLES_FILE, Run, read_curve, read_samples
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -257,38 +255,27 @@ def _failures_block(task_runs: list[Run], task: str) -> str:
 def _check_output(output: Path) -> None:
     """The report's file: not a folder, and not below a file (its missing folders are created)."""
     if output.is_dir():
-        raise UserError(f"-o {output} is a folder: give the report's file name, e.g. -o {output / 'report.html'}")
+        raise UserError(f"-o {output} is a folder: give the report's file name, e.g. -o {output / REPORT_FILE}")
     parent = next(p for p in output.absolute().parents if p.exists())
     if not parent.is_dir():
         raise UserError(f"-o {output}: {parent} is a file, not a folder")
 
 
-def read_curve(path: Path) -> list[dict[str, Any]]:
-    """A run's curve.jsonl; ValueError when a row is not a curve point (torn, not UTF-8, a step or a
-    value that is not a number). No metric is computed from it, so it has no checksum of its own."""
-    rows = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    for row in rows:
-        if not isinstance(row, dict) or not is_number(row.get("step")) or not all(
-                row.get(k) is None or is_number(row[k]) for k in ("loss", "format_rate", "accuracy")):
-            raise ValueError(f"not a curve point: {json.dumps(row)[:80]}")
-    return rows
-
-
 def _curves_section(runs: list[Run]) -> str:
     curves, damaged = [], []
     for run in runs:
-        path = run.path / "curve.jsonl"
+        path = run.path / CURVE_FILE
         if run.method == "soft-prompt" and path.is_file():
             try:
                 rows = read_curve(path)
             except ValueError as err:
-                damaged.append(f"{run.rel}/curve.jsonl is damaged ({str(err).splitlines()[0]}): not drawn")
+                damaged.append(f"{run.rel}/{CURVE_FILE} is damaged ({str(err).splitlines()[0]}): not drawn")
                 continue
             if rows:
                 curves.append((run, rows))
     notes = "".join(f'<p class="muted">{escape(d)}</p>' for d in damaged)
     if not curves:
-        return f'<h2>Learning curves</h2><p class="muted">No soft-prompt runs with curve.jsonl.</p>{notes}'
+        return f'<h2>Learning curves</h2><p class="muted">No soft-prompt runs with {CURVE_FILE}.</p>{notes}'
     more = notes + (
         f'<p class="muted">Showing the first {MAX_CURVES} of {len(curves)}.</p>'
         if len(curves) > MAX_CURVES
@@ -360,7 +347,7 @@ def _ranking_section(c: Comparison) -> str:
 def _samples_section(runs: list[Run]) -> str:
     blocks = []
     for run in runs:
-        if not (run.path / "samples.jsonl").is_file():
+        if not (run.path / SAMPLES_FILE).is_file():
             continue
         samples = read_samples(run.path)
         differ = [s for s in samples if bool(s.get("correct")) != bool(s.get("lenient_correct"))]

@@ -9,9 +9,9 @@ from html import escape
 
 from matplotlib.figure import Figure
 
-from softeval.store.index import Run
-from softeval.protocol import METHODS
 from softeval.analysis.plots import METHOD_COLORS, img
+from softeval.protocol import METHODS
+from softeval.store.format import Run
 
 # (metric, label, line style): the strict score, and the format-free references where a run has them.
 SCORES = (("accuracy", "accuracy", "-"), ("lenient_accuracy", "lenient", ":"), ("cloze_accuracy", "cloze", "--"))

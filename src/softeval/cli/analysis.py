@@ -30,6 +30,7 @@ from softeval.analysis.compare import (
 from softeval.consoles import table_console
 from softeval.errors import UserError
 from softeval.metrics import LEGACY_METRICS, kind_label
+from softeval.store.format import INDEX_FILE
 
 DEFAULT_RUNS = "runs"
 
@@ -96,7 +97,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         report = index.rebuild(out)
         if report.damaged_aside:
             console.print(f"kept the damaged index as {report.damaged_aside}", style="yellow", markup=False)
-        console.print(f"Rebuilt {out / index.INDEX_NAME}: {len(report.runs)} runs indexed.", markup=False)
+        console.print(f"Rebuilt {out / INDEX_FILE}: {len(report.runs)} runs indexed.", markup=False)
         for path, why in report.skipped:
             skipped(path, why)
     runs = index.list_runs(out, on_skip=skipped)

@@ -107,13 +107,6 @@ class LoadedModel:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def slug(name: str) -> str:
-    """A model's folder name; the rule lives in one place, ``softeval.store.runs.folder_name``."""
-    from softeval.store.runs import folder_name
-
-    return folder_name(name)
-
-
 def cache_root() -> Path:
     return Path(os.environ.get("SOFTEVAL_CACHE", Path.home() / ".cache" / "softeval"))
 

@@ -26,6 +26,7 @@ from softeval.lm import engine
 from softeval.tasks.data import seeded_subset
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
+from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER
 from softeval.store.locking import describe
 from softeval.metrics import aggregate, answer_counts
 from softeval.lm.models import BASE, load_model
@@ -203,8 +204,8 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
             tuning = {"loaded_from": str(cfg.soft_prompt)}
         else:
             soft_prompt, tuning, curve = tune_soft_prompt(job, partial, identity_of(identity))
-        soft_prompt.save(partial / "soft_prompt", lm, {"task": cfg.task, "seed": cfg.seed, "series": cfg.series,
-                                                       "step": cfg.step})
+        soft_prompt.save(partial / SOFT_PROMPT_FOLDER, lm, {"task": cfg.task, "seed": cfg.seed,
+                                                            "series": cfg.series, "step": cfg.step})
         soft = soft_prompt.weight.detach().to(lm.device)
     prompts = [prompter.ids(e, method) for e in job.items]
     rows = score_items(job, method, prompts, soft, partial)
@@ -291,7 +292,7 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     cloze = task.cloze is not None
     permute = cfg.permutations > 0 and task.multiple_choice
     needs = ("cloze_scores",) * cloze + ("permutation_picks",) * permute
-    saved = partial / "outputs.jsonl"
+    saved = partial / OUTPUTS_FILE
     done = _load_done(saved, ids, needs)
     todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: -len(prompts[i]))
     if done and todo:

@@ -28,17 +28,21 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from softeval.checks import is_number, is_whole
+from softeval.store.format import (
+    TUNE_STATE_FILE,
+    TUNE_STATE_LEGACY_FILE,
+    TUNE_TENSORS_GLOB,
+    tune_tensors_file,
+)
 
 FORMAT = "softeval-tune-state/1"
-STATE = "tune_state.json"
-LEGACY = "tune_state.pt"
-TENSOR_GLOB = "tune_state-*.safetensors"
 
 
 def files(folder: Path) -> list[Path]:
     """Every checkpoint file in a folder (what a finished run deletes)."""
     folder = Path(folder)
-    return [p for p in [folder / STATE, folder / LEGACY, *folder.glob(TENSOR_GLOB)] if p.exists()]
+    candidates = [folder / TUNE_STATE_FILE, folder / TUNE_STATE_LEGACY_FILE, *folder.glob(TUNE_TENSORS_GLOB)]
+    return [p for p in candidates if p.exists()]
 
 
 def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, identity: dict, meta: dict) -> None:
@@ -54,16 +58,16 @@ def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, ide
                 tensors[f"optim.{pid}.{name}"] = value.detach().cpu().contiguous()
             else:
                 plain.setdefault(str(pid), {})[name] = value
-    name = f"tune_state-{meta['step']}.safetensors"
+    name = tune_tensors_file(meta["step"])
     tmp = folder / (name + ".tmp")
     save_file(tensors, str(tmp))
     os.replace(tmp, folder / name)
     record = {"format": FORMAT, **meta, "identity": identity, "tensors": name, "sha256": _sha256(folder / name),
               "optimizer": {"param_groups": state["param_groups"], "state": plain}, "rng": _rng_state()}
-    tmp = folder / (STATE + ".tmp")
+    tmp = folder / (TUNE_STATE_FILE + ".tmp")
     tmp.write_text(json.dumps(record, default=_jsonable))
-    os.replace(tmp, folder / STATE)
-    for old in folder.glob(TENSOR_GLOB):
+    os.replace(tmp, folder / TUNE_STATE_FILE)
+    for old in folder.glob(TUNE_TENSORS_GLOB):
         if old.name != name:
             old.unlink(missing_ok=True)
 
@@ -74,11 +78,11 @@ def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.opti
     None (and nothing changed) when there is none. A legacy pickle, a damaged file or a checkpoint of
     another run is deleted with a message via ``log``, and None returned: tuning starts afresh."""
     folder = Path(folder)
-    if (folder / LEGACY).exists():
-        (folder / LEGACY).unlink()
-        log(f"deleted {folder / LEGACY} unread: older checkpoints are pickles, which softeval never loads "
-            "(loading one can run code); tuning starts afresh")
-    if not (folder / STATE).exists():
+    if (folder / TUNE_STATE_LEGACY_FILE).exists():
+        (folder / TUNE_STATE_LEGACY_FILE).unlink()
+        log(f"deleted {folder / TUNE_STATE_LEGACY_FILE} unread: older checkpoints are pickles, which "
+            "softeval never loads (loading one can run code); tuning starts afresh")
+    if not (folder / TUNE_STATE_FILE).exists():
         _discard(folder)  # tensor files whose JSON never got written
         return None
     try:
@@ -103,17 +107,17 @@ def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.opti
 
 def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     try:
-        record = json.loads((folder / STATE).read_text(encoding="utf-8"))
+        record = json.loads((folder / TUNE_STATE_FILE).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
-        raise ValueError(f"{STATE} is not text: {err}") from None
+        raise ValueError(f"{TUNE_STATE_FILE} is not text: {err}") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ValueError(f"{STATE} is not a {FORMAT} checkpoint")
+        raise ValueError(f"{TUNE_STATE_FILE} is not a {FORMAT} checkpoint")
     _check_meta(record)
     path = folder / str(record["tensors"])
-    if path.parent != folder or path.name != f"tune_state-{record['step']}.safetensors":
-        raise ValueError(f"{STATE} names a tensor file outside the checkpoint or of another step")
+    if path.parent != folder or path.name != tune_tensors_file(record["step"]):
+        raise ValueError(f"{TUNE_STATE_FILE} names a tensor file outside the checkpoint or of another step")
     if _sha256(path) != record["sha256"]:
-        raise ValueError(f"{path.name} does not match the sha256 in {STATE}")
+        raise ValueError(f"{path.name} does not match the sha256 in {TUNE_STATE_FILE}")
     return record, load_file(str(path))
 
 
@@ -122,17 +126,17 @@ def _check_meta(record: dict) -> None:
     the curve up to it, a loss, the seconds and the steps resumed at; anything else is damage."""
     step, curve = record.get("step"), record.get("curve")
     if not is_whole(step) or step < 1:
-        raise ValueError(f"{STATE} has step {step!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has step {step!r}")
     if not isinstance(curve, list) or not all(isinstance(p, dict) and is_whole(p.get("step")) for p in curve) \
             or not curve or curve[-1]["step"] != step:
-        raise ValueError(f"{STATE} has a curve that does not end at its step {step}")
+        raise ValueError(f"{TUNE_STATE_FILE} has a curve that does not end at its step {step}")
     if not (record.get("loss") is None or is_number(record["loss"])):
-        raise ValueError(f"{STATE} has loss {record['loss']!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has loss {record['loss']!r}")
     if not is_number(record.get("seconds")) or record["seconds"] < 0:
-        raise ValueError(f"{STATE} has seconds {record.get('seconds')!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has seconds {record.get('seconds')!r}")
     resumed = record.get("resumed_at")
     if not isinstance(resumed, list) or not all(is_whole(s) for s in resumed):
-        raise ValueError(f"{STATE} has resumed_at {resumed!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has resumed_at {resumed!r}")
 
 
 def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], soft: torch.Tensor) -> dict:

@@ -1,38 +1,43 @@
-"""The runs index: a SQLite table over every finished run folder, and the folder scanner behind it.
+"""The runs index: a SQLite table over every finished run folder.
 
-The run folders are the source of truth (docs/run-format.md); the index at `<out>/index.sqlite` is a
-derived convenience so `softeval runs` can list thousands of runs without opening every folder. It can
-always be rebuilt from the folders. Writers are separate processes (parallel runs finishing at the
-same moment), so the database is in WAL mode, every write is one short `BEGIN IMMEDIATE` transaction
-keyed by the run's path, and a busy timeout makes a second writer wait instead of failing.
+The run folders are the source of truth (docs/run-format.md; read by softeval.store.format); the index
+at `<out>/index.sqlite` is a derived convenience so `softeval runs` can list thousands of runs without
+opening every folder. It can always be rebuilt from the folders. Writers are separate processes
+(parallel runs finishing at the same moment), so the database is in WAL mode, every write is one short
+`BEGIN IMMEDIATE` transaction keyed by the run's path, and a busy timeout makes a second writer wait
+instead of failing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shlex
 import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from softeval.checks import is_whole
 from softeval.errors import UserError
-from softeval.metrics import answer_counts, top_answer, upgrade_results, upgrade_sample
-from softeval.protocol import METHODS, METRICS
-from softeval.store.runs import folder_name
+from softeval.metrics import top_answer, upgrade_results
+from softeval.protocol import METRICS
+from softeval.store.format import (
+    INDEX_FILE,
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    Run,
+    RunFormatError,
+    ScanReport,
+    check_run,
+    load_results,
+    scan,
+)
 
-INDEX_NAME = "index.sqlite"
-REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
 BUSY_TIMEOUT_S = 60.0
-_SEED_DIR = re.compile(r"^seed(-?\d+)$")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -56,190 +61,16 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
-class RunFormatError(ValueError):
-    """A folder that looks like a run but whose results.json cannot be used; the message says why."""
-
-
-@dataclass(frozen=True)
-class Run:
-    """One finished run folder and its parsed results.json."""
-
-    path: Path
-    rel: str
-    results: dict[str, Any]
-
-    @property
-    def model(self) -> str:
-        return str(self.results["model"])
-
-    @property
-    def slug(self) -> str:
-        """The model's folder name, so users may name a model either way in `--pair`."""
-        return self.path.parent.parent.parent.name
-
-    @property
-    def model_kind(self) -> str | None:
-        return self.results.get("model_kind")
-
-    @property
-    def task(self) -> str:
-        return str(self.results["task"])
-
-    @property
-    def method(self) -> str:
-        return str(self.results["method"])
-
-    @property
-    def seed(self) -> int:
-        return int(self.results["seed"])
-
-    @property
-    def series(self) -> str | None:
-        return self.results.get("series")
-
-    @property
-    def step(self) -> int | None:
-        return self.results.get("step")
-
-    @property
-    def model_key(self) -> str:
-        """The model as reports group its runs: the name it was run under; for a checkpoint of a series,
-        ``<series>@<step>`` (its folder may have moved between two of its runs, so its path is not one)."""
-        return f"{self.series}@{self.step}" if self.series is not None else self.model
-
-    def metric(self, name: str) -> dict[str, Any] | None:
-        """The metric's {value, ci_low, ci_high, n} object, or None when the run lacks it."""
-        value = self.results["metrics"].get(name)
-        return value if isinstance(value, dict) else None
-
-
 @dataclass
-class RebuildReport:
-    """What a scan or rebuild found: the runs it used and every folder it skipped, with the reason."""
+class RebuildReport(ScanReport):
+    """What a rebuild found (the runs it indexed, every folder it skipped, with the reason), and where
+    it moved a damaged index file."""
 
-    runs: list[Run] = field(default_factory=list)
-    skipped: list[tuple[Path, str]] = field(default_factory=list)
     damaged_aside: Path | None = None  # where a damaged index file was moved by rebuild()
 
     @property
     def indexed(self) -> list[Path]:
         return [run.path for run in self.runs]
-
-
-def load_results(run_dir: Path) -> dict[str, Any]:
-    """Read and check a run's results.json; raise RunFormatError saying what is wrong."""
-    path = Path(run_dir) / "results.json"
-    if not path.is_file():
-        raise RunFormatError("no results.json")
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunFormatError(f"results.json is not valid JSON ({exc})") from None
-    if not isinstance(results, dict):
-        raise RunFormatError("results.json is not a JSON object")
-    missing = [key for key in REQUIRED_KEYS if key not in results]
-    if missing:
-        raise RunFormatError(f"results.json lacks {', '.join(missing)}")
-    if not isinstance(results["metrics"], dict):
-        raise RunFormatError("results.json 'metrics' is not an object")
-    if not isinstance(results["seed"], int) or isinstance(results["seed"], bool):
-        raise RunFormatError("results.json 'seed' is not an integer")
-    if not is_whole(results["n"]) or results["n"] < 0:
-        raise RunFormatError("results.json 'n' is not a count of items")
-    upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
-    if "answers" not in results:  # written before softeval recorded them: count them from the samples
-        results["answers"] = _answers_from_samples(run_dir)
-    return results
-
-
-def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's samples.jsonl, one dict per item (OSError if missing, ValueError if not JSON lines)."""
-    text = (Path(run_dir) / "samples.jsonl").read_text(encoding="utf-8")
-    return [upgrade_sample(json.loads(line)) for line in text.splitlines() if line.strip()]
-
-
-def samples_digest(text: str) -> dict[str, Any]:
-    """What results.json records about its samples.jsonl (written by the run writer, checked here)."""
-    return {"samples_count": sum(1 for line in text.splitlines() if line.strip()),
-            "samples_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-
-
-def verify_samples(run_dir: Path, results: dict[str, Any]) -> None:
-    """Raise RunFormatError when samples.jsonl is not the file results.json was written with: its
-    sha256 and row count (recorded since they were), else (older runs) every row JSON and n rows."""
-    path = Path(run_dir) / "samples.jsonl"
-    redo = "damaged (rerun it with `softeval run` and the same options)"
-    try:
-        data = path.read_bytes()
-    except OSError:
-        raise RunFormatError(f"no samples.jsonl: {redo}") from None
-    if "samples_sha256" in results:
-        if hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
-            raise RunFormatError(f"samples.jsonl does not match the sha256 in results.json (torn, cut or edited): "
-                                 f"{redo}")
-        return
-    rows = 0
-    for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if line.strip():
-            try:
-                json.loads(line)
-            except ValueError:
-                raise RunFormatError(f"samples.jsonl line {line_no} is not JSON (torn): {redo}") from None
-            rows += 1
-    if rows != results["n"]:
-        raise RunFormatError(f"samples.jsonl has {rows} rows but results.json says n={results['n']}: {redo}")
-
-
-def _answers_from_samples(run_dir: Path) -> dict | None:
-    try:
-        return answer_counts(read_samples(run_dir))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no usable samples: the run shows no top answer
-
-
-def check_run(out_root: Path, run_dir: Path) -> Run:
-    """Load a run folder and check that its place in the layout agrees with its results.json."""
-    run_dir = Path(run_dir)
-    if run_dir.name.endswith(".partial"):
-        raise RunFormatError("run in progress or interrupted (.partial)")
-    match = _SEED_DIR.match(run_dir.name)
-    if not match:
-        raise RunFormatError("not a run folder (name is not seed<N>)")
-    results = load_results(run_dir)
-    where = {"method": run_dir.parent.name, "task": run_dir.parent.parent.name, "seed": int(match[1])}
-    for key, expected in where.items():
-        # The writer turns task names into folder names (task files are paths) by runs.folder_name.
-        if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
-            raise RunFormatError(f"results.json says {key}={results[key]!r} but the folder says {expected!r}")
-    if results["method"] not in METHODS:
-        raise RunFormatError(f"unknown method {results['method']!r}")
-    verify_samples(run_dir, results)
-    return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
-
-
-# What `softeval sweep` writes beside the run folders (its worker logs are under the hidden .sweep/).
-SWEEP_FILES = ("compare.json", "report.html")
-
-
-def scan(out_root: Path) -> RebuildReport:
-    """Find every finished run under out_root, reading folders only (the index is not consulted)."""
-    out_root = Path(out_root)
-    report = RebuildReport()
-    claimed: set[Path] = set()
-    for run_dir in sorted(out_root.glob("*/*/*/seed*")):
-        claimed.add(run_dir.parent.parent.parent)
-        if not run_dir.is_dir():
-            report.skipped.append((run_dir, "not a folder"))
-            continue
-        try:
-            report.runs.append(check_run(out_root, run_dir))
-        except RunFormatError as exc:
-            report.skipped.append((run_dir, str(exc)))
-    for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
-        if entry.name.startswith((INDEX_NAME, ".")) or entry.name in SWEEP_FILES or entry in claimed:
-            continue
-        report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
-    return report
 
 
 class IndexDamaged(UserError):
@@ -252,7 +83,7 @@ def connect(out_root: Path) -> sqlite3.Connection:
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     try:
-        conn = sqlite3.connect(out_root / INDEX_NAME, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = sqlite3.connect(out_root / INDEX_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as exc:  # cannot even be opened (a folder in its place, say)
         raise _damaged(out_root, exc) from None
     conn.row_factory = sqlite3.Row
@@ -277,7 +108,7 @@ def connect(out_root: Path) -> sqlite3.Connection:
 
 
 def _damaged(out_root: Path, exc: Exception) -> IndexDamaged:
-    return IndexDamaged(f"the runs index {out_root / INDEX_NAME} is damaged ({exc}); the run folders are "
+    return IndexDamaged(f"the runs index {out_root / INDEX_FILE} is damaged ({exc}); the run folders are "
                         f"intact: rebuild it from them with `{rebuild_command(out_root)}`")
 
 
@@ -370,7 +201,8 @@ def rebuild(out_root: Path) -> RebuildReport:
     """Replace the index's contents with what the folders hold, in one transaction. A damaged index
     file is first moved aside (``index.sqlite.damaged-<time>``, kept for inspection)."""
     out_root = Path(out_root)
-    report = scan(out_root)
+    found = scan(out_root)
+    report = RebuildReport(found.runs, found.skipped)
     try:
         connect(out_root).close()
     except IndexDamaged:
@@ -384,9 +216,9 @@ def rebuild(out_root: Path) -> RebuildReport:
 
 def _move_aside(out_root: Path) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = out_root / f"{INDEX_NAME}.damaged-{stamp}"
+    aside = out_root / f"{INDEX_FILE}.damaged-{stamp}"
     for suffix in ("", "-wal", "-shm"):
-        path = Path(f"{out_root / INDEX_NAME}{suffix}")
+        path = Path(f"{out_root / INDEX_FILE}{suffix}")
         if path.exists():
             os.replace(path, Path(f"{aside}{suffix}"))
     return aside
@@ -440,7 +272,7 @@ def _unbuilt(out_root: Path) -> bool:
     """No index yet, or an empty file where it should be (a truncated index.sqlite is a valid empty
     database to SQLite, which would list no runs at all): built from the folders first."""
     try:
-        return (out_root / INDEX_NAME).stat().st_size == 0
+        return (out_root / INDEX_FILE).stat().st_size == 0
     except FileNotFoundError:
         return True
 
@@ -448,7 +280,7 @@ def _unbuilt(out_root: Path) -> bool:
 def _stamp(run_dir: Path) -> str | None:
     """Size and mtime of the two files a run's numbers come from (None when one is missing)."""
     try:
-        parts = [os.stat(Path(run_dir) / name) for name in ("results.json", "samples.jsonl")]
+        parts = [os.stat(Path(run_dir) / name) for name in (RESULTS_FILE, SAMPLES_FILE)]
     except OSError:
         return None
     return ";".join(f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
@@ -469,11 +301,3 @@ def _upsert(conn: sqlite3.Connection, run: Run) -> None:
     row = _row(run)
     conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                  tuple(row.values()))
-
-
-def _relative(out_root: Path, run_dir: Path) -> str:
-    """The key: the path below the output root, so moving the whole folder keeps the index valid."""
-    try:
-        return Path(run_dir).resolve().relative_to(Path(out_root).resolve()).as_posix()
-    except ValueError:
-        return Path(run_dir).resolve().as_posix()

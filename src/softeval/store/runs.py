@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -20,10 +19,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from softeval.errors import UserError
-from softeval.store.locking import Locked, file_lock
+from softeval.store import index
+from softeval.store.format import (
+    CONFIG_FILE,
+    CURVE_FILE,
+    OUTPUTS_FILE,
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    TUNE_STATE,
+    RunFormatError,
+    damaged_folder,
+    folder_name,
+    load_results,
+    lock_file,
+    model_folder,
+    partial_folder,
+    replaced_folder,
+    samples_digest,
+    seed_folder,
+    verify_samples,
+)
+from softeval.store.locking import file_lock
 from softeval.version import __version__
-
-RunLocked = Locked  # what a second process on a run that is being written gets (a UserError: exit 2)
 
 # The run's identity is every option it was run with (results.json "config") except these, which
 # provably cannot change a number in its files; anything else, including options added later, is
@@ -103,32 +120,6 @@ def identity_diff(old: dict, new: dict) -> list[str]:
     return [line(k) for k in keys if k not in old or k not in new or old[k] != new[k]]
 
 
-_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
-
-
-def folder_name(name: str) -> str:
-    """The folder a model or task name is written to: the one rule for the run writer and every reader.
-
-    A pure function of the name (it never looks at the disk), so every process in any working
-    directory, and the index checking a folder against its results.json, maps a name to the same
-    folder. A file path (a task file .yaml/.yml/.json, a .gguf model, or a name starting with '/',
-    './', '../' or '~') gives its last part; any other name (preset, task, hub id ``org/name``) has
-    each run of characters outside ``[A-Za-z0-9._-]`` turned into ``--``.
-    """
-    text = name.strip().rstrip("/")
-    if text.lower().endswith(_FILE_SUFFIXES) or text.startswith(("/", "./", "../", "~")):
-        text = text.rsplit("/", 1)[-1]
-    return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "unnamed"
-
-
-def model_folder(model: str, series: str | None = None) -> str:
-    """A model's folder; a checkpoint of a series is ``<series>--<checkpoint folder>`` (the checkpoint
-    folders of two series are often both ``checkpoint-1000``)."""
-    if series is None:
-        return folder_name(model)
-    return folder_name(f"{folder_name(series)}--{folder_name(model)}")
-
-
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -143,16 +134,16 @@ class RunFolder:
     def at(cls, out: str | Path, model: str, task: str, method: str, seed: int,
            series: str | None = None) -> RunFolder:
         out = Path(out)
-        return cls(out, out / model_folder(model, series) / folder_name(task) / method / f"seed{seed}")
+        return cls(out, out / model_folder(model, series) / folder_name(task) / method / seed_folder(seed))
 
     @property
     def partial(self) -> Path:
-        return self.final.with_name(self.final.name + ".partial")
+        return partial_folder(self.final)
 
     @property
     def lock_path(self) -> Path:
         """Beside the run folders (hidden, so no scan takes it for a run); removed on release."""
-        return self.final.with_name(f".{self.final.name}.lock")
+        return lock_file(self.final)
 
     def lock(self, wait: bool = False, on_wait=None, on_stale=None):
         """Context manager: be the one process writing this run (checking, resuming, finishing it).
@@ -191,12 +182,10 @@ class RunFolder:
         unreadable, samples.jsonl not the file it was written with), (None, None) for none."""
         if not self.final.exists():
             return None, None
-        from softeval.store import index
-
         try:
-            results = index.load_results(self.final)
-            index.verify_samples(self.final, results)
-        except index.RunFormatError as err:
+            results = load_results(self.final)
+            verify_samples(self.final, results)
+        except RunFormatError as err:
             return None, str(err)
         return results, None
 
@@ -211,7 +200,7 @@ class RunFolder:
         done, damage = self.finished()
         if done is None:
             if damage and not force:
-                aside = self.final.with_name(f".{self.final.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
+                aside = damaged_folder(self.final, f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
                 os.replace(self.final, aside)
                 (log or _stderr)(f"{self.final}: {damage}; moved it to {aside}, scoring it again")
             elif self.final.exists():
@@ -244,7 +233,7 @@ class RunFolder:
         """The partial folder to write into. A partial folder left by an interrupted run with the same
         settings is kept (its tuning checkpoint resumes); one with other settings is started afresh,
         and ``log`` is told what is dropped and why."""
-        marker = self.partial / "config.json"
+        marker = self.partial / CONFIG_FILE
         if config is not None and marker.is_file():
             try:
                 old = json.loads(marker.read_text())
@@ -262,23 +251,21 @@ class RunFolder:
 
     def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
         """Write the files into the partial folder, then rename it into place in one step."""
-        from softeval.store import index
-
         folder = self.start()
         text = jsonl_text(samples)
-        write_text(folder / "samples.jsonl", text)
-        results.update(index.samples_digest(text))  # every reader checks samples.jsonl against these
+        write_text(folder / SAMPLES_FILE, text)
+        results.update(samples_digest(text))  # every reader checks samples.jsonl against these
         if curve is not None:
-            write_jsonl(folder / "curve.jsonl", curve)
-        for scratch in [*folder.glob("tune_state*"), folder / "outputs.jsonl"]:  # resume state, superseded
+            write_jsonl(folder / CURVE_FILE, curve)
+        for scratch in [*folder.glob(f"{TUNE_STATE}*"), folder / OUTPUTS_FILE]:  # resume state, superseded
             scratch.unlink(missing_ok=True)
-        write_json(folder / "results.json", results)
+        write_json(folder / RESULTS_FILE, results)
         old = None
         if self.final.exists():  # never rename onto a folder (os.replace would merge into an empty one)
             if not self.replaces:
                 raise UserError(f"{self.final} appeared while this run was being written; its files are kept in "
                                 f"{folder}. Is another softeval writing to {self.out} without the run lock?")
-            old = self.final.with_name(f".{self.final.name}.replaced-{os.getpid()}")
+            old = replaced_folder(self.final, os.getpid())
             os.replace(self.final, old)
         os.replace(folder, self.final)
         if old is not None:
@@ -289,8 +276,6 @@ class RunFolder:
     def index(self) -> None:
         """Add the finished run to the runs index (an idempotent upsert). The folder is the truth:
         when the index cannot take it, say which command rebuilds the index, and carry on."""
-        from softeval.store import index
-
         try:
             index.record_run(self.out, self.final)
         except index.IndexDamaged as err:
@@ -351,8 +336,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def versions() -> dict:
-    import torch  # lazy: the store is read by commands that never load a model
-    import transformers
+    import torch  # lazy: slow to import, and only a finishing run asks for the versions
+    import transformers  # lazy: as torch
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "softeval": __version__}

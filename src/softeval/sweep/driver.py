@@ -24,15 +24,13 @@ from rich.console import Console
 
 from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
 from softeval.errors import UserError
-from softeval.run.pipeline import is_finished, run_folder
+from softeval.run import pipeline
 from softeval.run.validate import check_out
+from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
 from softeval.store.runs import OtherSettings
-from softeval.lm.models import slug
-from softeval.sweep.view import SweepView
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
+from softeval.sweep.view import SweepView
 from softeval.sweep.worker import SweepWorker, error_line
-
-LOG_DIR = ".sweep"  # worker logs under out/ (dot folder: not a run folder for the index)
 
 
 @dataclass
@@ -74,10 +72,10 @@ def plan(sweep: Sweep) -> list[JobState]:
     a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
     states = []
     for job in sweep.jobs:
-        folder, _ = run_folder(job.config, job.method)
+        folder, _ = pipeline.run_folder(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
         try:
-            done = config is not None and is_finished(config, job.method)
+            done = config is not None and pipeline.is_finished(config, job.method)
         except OtherSettings as err:
             raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
@@ -113,7 +111,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
 
 def _connect(address: str | None):
     """Ray, and whether we started it (then we stop it). Already connected (library use): reused."""
-    import ray  # lazy: ray is slow to import, and a plan or a finished sweep never starts it
+    import ray  # lazy: slow to import, and a dry run or a finished sweep never starts it
 
     if address:
         check_reachable(address)
@@ -123,7 +121,7 @@ def _connect(address: str | None):
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             return ray, True
-        src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs
+        src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs (src/)
         env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
         ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
@@ -194,7 +192,7 @@ class _Scheduler:
         self.calls: dict = {}  # ObjectRef -> (worker, JobState or None for hello)
         self.any_job_started = False
         self.start_deaths: dict[str, int] = {}  # workers of a model that died before answering
-        self.log_dir = sweep.out / LOG_DIR / "logs"
+        self.log_dir = sweep.out / SWEEP_FOLDER / "logs"
 
     def run(self) -> None:
         self._fill()
@@ -280,7 +278,7 @@ class _Scheduler:
             self._next(worker)
             return
         self.any_job_started = True
-        log = self.log_dir / f"{slug(state.job.model.queue)}.log"
+        log = self.log_dir / f"{folder_name(state.job.model.queue)}.log"
         self.calls[worker.actor.run.remote(config, str(log), self.sweep.command)] = (worker, state)
         self.view.running(state, worker.info)
 
@@ -343,7 +341,7 @@ def _error_line(err: Exception) -> str:
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:
     """compare.json (with >= 3 base/post-trained pairs) and report.html in out. A rerun that ran nothing
     leaves existing files untouched."""
-    compare_path, report_path = sweep.out / "compare.json", sweep.out / "report.html"
+    compare_path, report_path = sweep.out / COMPARE_FILE, sweep.out / REPORT_FILE
     pairs = sweep.pairs if len(sweep.pairs) >= MIN_PAIRS else None
     if not sweep.out.is_dir():
         return
@@ -351,14 +349,14 @@ def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> N
         try:
             comparison = compare_runs(load_runs(sweep.out)[0], pairs)
         except UserError as err:
-            result.notes.append(f"no compare.json: {err}")
+            result.notes.append(f"no {COMPARE_FILE}: {err}")
             pairs = None
         else:
             compare_path.write_text(json.dumps(comparison.to_json(), indent=2))
     if pairs and compare_path.exists():
         result.compare_path = compare_path
     if ran or not report_path.exists():
-        from softeval.analysis.report import build_report  # lazy: matplotlib is slow to import
+        from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
 
         build_report(sweep.out, report_path, pairs)
     result.report_path = report_path

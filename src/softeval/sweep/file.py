@@ -40,6 +40,7 @@ from softeval.sweep.entries import (
     series_entries,
     task_entry,
 )
+from softeval.store.format import SOFT_PROMPT_FOLDER
 
 TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
@@ -57,7 +58,7 @@ class SweepJob:
         ``warm_from`` job wrote; None while that soft prompt does not exist (not run yet, or failed)."""
         if self.warm_from is None:
             return self.config
-        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / "soft_prompt"
+        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / SOFT_PROMPT_FOLDER
         if not (source / ADAPTER_WEIGHTS).is_file():
             return None
         return replace(self.config, init=f"from:{source}")

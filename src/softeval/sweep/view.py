@@ -15,13 +15,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from softeval.lm.models import slug
+from softeval.store.format import folder_name
 
 STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "failed": "bold red"}
 
 
 def task_name(task: str) -> str:
-    return slug(task) if "/" in task or task.endswith((".yaml", ".yml", ".json")) else task
+    return folder_name(task) if "/" in task or task.endswith((".yaml", ".yml", ".json")) else task
 
 
 def node_name(info: dict | None) -> str:

@@ -1,0 +1,304 @@
+"""The run-folder format: every name in an output root, the folder-name rule, and the readers and
+validators of a finished run folder. The one place that knows these; docs/run-format.md describes them.
+
+    <out>/                                       an output root
+      index.sqlite                               the runs index (softeval.store.index)
+      compare.json, report.html, .sweep/         what `softeval sweep` writes beside the runs
+      <model>/<task>/<method>/seed<N>/           a finished run
+      <model>/<task>/<method>/seed<N>.partial/   a run being written, or interrupted (resumed)
+      <model>/<task>/<method>/.seed<N>.lock      the run lock (hidden: no scan takes it for a run)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from softeval.checks import is_number, is_whole
+from softeval.metrics import answer_counts, upgrade_results, upgrade_sample
+from softeval.protocol import METHODS
+
+# In a finished run folder.
+RESULTS_FILE = "results.json"
+SAMPLES_FILE = "samples.jsonl"
+CURVE_FILE = "curve.jsonl"  # soft-prompt runs: the learning curve
+SOFT_PROMPT_FOLDER = "soft_prompt"  # soft-prompt runs: the tuned prompt (softeval.lm.softprompt's format)
+CONFIG_FILE = "config.json"  # the run's options, written when its partial folder is started
+
+# Only in a partial folder: the resume state, which a finished run deletes.
+OUTPUTS_FILE = "outputs.jsonl"  # one line per scored item
+TUNE_STATE = "tune_state"  # how every file of the tuning checkpoint starts, temporaries included
+TUNE_STATE_FILE = f"{TUNE_STATE}.json"  # softeval.store.checkpoint: written last, names its tensor file
+TUNE_STATE_LEGACY_FILE = f"{TUNE_STATE}.pt"  # the pickle of older versions: deleted unread
+TUNE_TENSORS_GLOB = f"{TUNE_STATE}-*.safetensors"
+
+
+def tune_tensors_file(step: int) -> str:
+    """The tensor file of the tuning checkpoint at ``step``."""
+    return f"{TUNE_STATE}-{step}.safetensors"
+
+
+# In an output root.
+INDEX_FILE = "index.sqlite"
+COMPARE_FILE = "compare.json"
+REPORT_FILE = "report.html"
+SWEEP_FILES = (COMPARE_FILE, REPORT_FILE)  # what `softeval sweep` writes beside the run folders
+SWEEP_FOLDER = ".sweep"  # a sweep's worker logs (a dot folder: not a run folder for a scan)
+RUN_GLOB = "*/*/*/seed*"  # <model>/<task>/<method>/seed<N>: every candidate run folder
+SEED_FOLDER = re.compile(r"^seed(-?\d+)$")
+PARTIAL_SUFFIX = ".partial"
+
+
+def seed_folder(seed: int) -> str:
+    return f"seed{seed}"
+
+
+def partial_folder(final: Path) -> Path:
+    """Where the run of the finished folder ``final`` is written until it is complete."""
+    return final.with_name(final.name + PARTIAL_SUFFIX)
+
+
+def lock_file(final: Path) -> Path:
+    """The run lock: beside the run folders, hidden, so no scan takes it for a run."""
+    return final.with_name(f".{final.name}.lock")
+
+
+def damaged_folder(final: Path, stamp: str) -> Path:
+    """Where a damaged finished run is moved aside (hidden, kept for inspection, never read again)."""
+    return final.with_name(f".{final.name}.damaged-{stamp}")
+
+
+def replaced_folder(final: Path, pid: int) -> Path:
+    """Where ``--force`` moves the old finished run for the moment of the final rename."""
+    return final.with_name(f".{final.name}.replaced-{pid}")
+
+
+_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".gguf")
+
+
+def folder_name(name: str) -> str:
+    """The folder a model or task name is written to: the one rule for the run writer and every reader.
+
+    A pure function of the name (it never looks at the disk), so every process in any working
+    directory, and the index checking a folder against its results.json, maps a name to the same
+    folder. A file path (a task file .yaml/.yml/.json, a .gguf model, or a name starting with '/',
+    './', '../' or '~') gives its last part; any other name (preset, task, hub id ``org/name``) has
+    each run of characters outside ``[A-Za-z0-9._-]`` turned into ``--``.
+    """
+    text = name.strip().rstrip("/")
+    if text.lower().endswith(_FILE_SUFFIXES) or text.startswith(("/", "./", "../", "~")):
+        text = text.rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "unnamed"
+
+
+def model_folder(model: str, series: str | None = None) -> str:
+    """A model's folder; a checkpoint of a series is ``<series>--<checkpoint folder>`` (the checkpoint
+    folders of two series are often both ``checkpoint-1000``)."""
+    if series is None:
+        return folder_name(model)
+    return folder_name(f"{folder_name(series)}--{folder_name(model)}")
+
+
+REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
+
+
+class RunFormatError(ValueError):
+    """A folder that looks like a run but whose results.json cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run folder and its parsed results.json."""
+
+    path: Path
+    rel: str
+    results: dict[str, Any]
+
+    @property
+    def model(self) -> str:
+        return str(self.results["model"])
+
+    @property
+    def model_folder(self) -> str:
+        """The model's folder name, so users may name a model either way in `--pair`."""
+        return self.path.parent.parent.parent.name
+
+    @property
+    def model_kind(self) -> str | None:
+        return self.results.get("model_kind")
+
+    @property
+    def task(self) -> str:
+        return str(self.results["task"])
+
+    @property
+    def method(self) -> str:
+        return str(self.results["method"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.results["seed"])
+
+    @property
+    def series(self) -> str | None:
+        return self.results.get("series")
+
+    @property
+    def step(self) -> int | None:
+        return self.results.get("step")
+
+    @property
+    def model_key(self) -> str:
+        """The model as reports group its runs: the name it was run under; for a checkpoint of a series,
+        ``<series>@<step>`` (its folder may have moved between two of its runs, so its path is not one)."""
+        return f"{self.series}@{self.step}" if self.series is not None else self.model
+
+    def metric(self, name: str) -> dict[str, Any] | None:
+        """The metric's {value, ci_low, ci_high, n} object, or None when the run lacks it."""
+        value = self.results["metrics"].get(name)
+        return value if isinstance(value, dict) else None
+
+
+@dataclass
+class ScanReport:
+    """What a scan found: the runs it read and every folder it skipped, with the reason."""
+
+    runs: list[Run] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def load_results(run_dir: Path) -> dict[str, Any]:
+    """Read and check a run's results.json; raise RunFormatError saying what is wrong."""
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise RunFormatError(f"no {RESULTS_FILE}")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFormatError(f"{RESULTS_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(results, dict):
+        raise RunFormatError(f"{RESULTS_FILE} is not a JSON object")
+    missing = [key for key in REQUIRED_KEYS if key not in results]
+    if missing:
+        raise RunFormatError(f"{RESULTS_FILE} lacks {', '.join(missing)}")
+    if not isinstance(results["metrics"], dict):
+        raise RunFormatError(f"{RESULTS_FILE} 'metrics' is not an object")
+    if not is_whole(results["seed"]):
+        raise RunFormatError(f"{RESULTS_FILE} 'seed' is not an integer")
+    if not is_whole(results["n"]) or results["n"] < 0:
+        raise RunFormatError(f"{RESULTS_FILE} 'n' is not a count of items")
+    upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
+    if "answers" not in results:  # written before softeval recorded them: count them from the samples
+        results["answers"] = _answers_from_samples(run_dir)
+    return results
+
+
+def read_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's samples.jsonl, one dict per item (OSError if missing, ValueError if not JSON lines)."""
+    text = (Path(run_dir) / SAMPLES_FILE).read_text(encoding="utf-8")
+    return [upgrade_sample(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def samples_digest(text: str) -> dict[str, Any]:
+    """What results.json records about its samples.jsonl (written by the run writer, checked here)."""
+    return {"samples_count": sum(1 for line in text.splitlines() if line.strip()),
+            "samples_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
+def verify_samples(run_dir: Path, results: dict[str, Any]) -> None:
+    """Raise RunFormatError when samples.jsonl is not the file results.json was written with: its
+    sha256 and row count (recorded since they were), else (older runs) every row JSON and n rows."""
+    path = Path(run_dir) / SAMPLES_FILE
+    redo = "damaged (rerun it with `softeval run` and the same options)"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise RunFormatError(f"no {SAMPLES_FILE}: {redo}") from None
+    if "samples_sha256" in results:
+        if hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
+            raise RunFormatError(f"{SAMPLES_FILE} does not match the sha256 in {RESULTS_FILE} (torn, cut or "
+                                 f"edited): {redo}")
+        return
+    rows = 0
+    for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except ValueError:
+                raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not JSON (torn): {redo}") from None
+            rows += 1
+    if rows != results["n"]:
+        raise RunFormatError(f"{SAMPLES_FILE} has {rows} rows but {RESULTS_FILE} says n={results['n']}: "
+                             f"{redo}")
+
+
+def _answers_from_samples(run_dir: Path) -> dict | None:
+    try:
+        return answer_counts(read_samples(run_dir))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no usable samples: the run shows no top answer
+
+
+def read_curve(path: Path) -> list[dict[str, Any]]:
+    """A run's curve.jsonl; ValueError when a row is not a curve point (torn, not UTF-8, a step or a
+    value that is not a number). No metric is computed from it, so it has no checksum of its own."""
+    rows = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    for row in rows:
+        if not isinstance(row, dict) or not is_number(row.get("step")) or not all(
+                row.get(k) is None or is_number(row[k]) for k in ("loss", "format_rate", "accuracy")):
+            raise ValueError(f"not a curve point: {json.dumps(row)[:80]}")
+    return rows
+
+
+def check_run(out_root: Path, run_dir: Path) -> Run:
+    """Load a run folder and check that its place in the layout agrees with its results.json."""
+    run_dir = Path(run_dir)
+    if run_dir.name.endswith(PARTIAL_SUFFIX):
+        raise RunFormatError(f"run in progress or interrupted ({PARTIAL_SUFFIX})")
+    match = SEED_FOLDER.match(run_dir.name)
+    if not match:
+        raise RunFormatError("not a run folder (name is not seed<N>)")
+    results = load_results(run_dir)
+    where = {"method": run_dir.parent.name, "task": run_dir.parent.parent.name, "seed": int(match[1])}
+    for key, expected in where.items():
+        # The writer turns task names into folder names (task files are paths) by folder_name.
+        if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
+            raise RunFormatError(f"{RESULTS_FILE} says {key}={results[key]!r} but the folder says "
+                                 f"{expected!r}")
+    if results["method"] not in METHODS:
+        raise RunFormatError(f"unknown method {results['method']!r}")
+    verify_samples(run_dir, results)
+    return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
+
+
+def scan(out_root: Path) -> ScanReport:
+    """Find every finished run under out_root, reading folders only (the index is not consulted)."""
+    out_root = Path(out_root)
+    report = ScanReport()
+    claimed: set[Path] = set()
+    for run_dir in sorted(out_root.glob(RUN_GLOB)):
+        claimed.add(run_dir.parent.parent.parent)
+        if not run_dir.is_dir():
+            report.skipped.append((run_dir, "not a folder"))
+            continue
+        try:
+            report.runs.append(check_run(out_root, run_dir))
+        except RunFormatError as exc:
+            report.skipped.append((run_dir, str(exc)))
+    for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
+        if entry.name.startswith((INDEX_FILE, ".")) or entry.name in SWEEP_FILES or entry in claimed:
+            continue
+        report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
+    return report
+
+
+def _relative(out_root: Path, run_dir: Path) -> str:
+    """The index's key: the path below the output root, so moving the whole folder keeps it valid."""
+    try:
+        return Path(run_dir).resolve().relative_to(Path(out_root).resolve()).as_posix()
+    except ValueError:
+        return Path(run_dir).resolve().as_posix()
