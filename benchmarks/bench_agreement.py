@@ -6,7 +6,7 @@ gets softeval's rendered prompts and options through a ``multiple_choice`` task 
 temp dir, reading a local JSONL), so what is compared is the scoring, not the prompt wording.
 
 - cloze: softeval's ``cloze_accuracy`` / ``cloze_accuracy_norm`` (``Prompter.cloze_ids`` +
-  ``engine.option_logprobs``, each item's context once; picks by ``scoring.add_cloze``) against
+  ``loglik.option_logprobs``, each item's context once; picks by ``scoring.add_cloze``) against
   lm-eval's ``acc`` / ``acc_norm`` from its own ``process_results`` (choices = the option texts,
   ``target_delimiter: " "``);
 - letters: softeval's ``letter_loglik_accuracy`` (``Prompter.ids`` / ``option_ids``) against lm-eval's
@@ -38,7 +38,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval.lm import engine
+from softeval.lm import loglik
 from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
 from softeval.run.pipeline import ITEM_SEED
@@ -99,7 +99,7 @@ def compare_view(view: str, lm, hflm, task, prompter: Prompter, items, folder: P
         pairs = [(prompter.ids(e, "zero-shot"), prompter.option_ids(e)) for e in items]
     docs = [{"prompt": t, "choices": c, "label": g} for t, (c, g) in zip(texts, choices)]
     t0 = time.perf_counter()
-    ours = engine.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], batch_size=batch_size)
+    ours = loglik.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], batch_size=batch_size)
     t_ours = time.perf_counter() - t0
     lt = lmeval_task(folder, f"agree_{view}", docs, delimiter)
     t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 Not a test. The cloze reference of ``softeval run`` (``pipeline.cloze_scores``: each option's text
 after the item's cloze prompt, under the method's context) on seeded test items, scored with
-``engine.BLOCK_OPTIONS`` on (all options of an item in one row after its cached context, a
+``loglik.BLOCK_OPTIONS`` on (all options of an item in one row after its cached context, a
 block-causal mask) and off (one row per option, each with a copy of its item's cache rows). Each
 layout runs in a process of its own, alternating over ``--rounds``, so the peak RSS of each is its
 own; prints the time and peak RSS of each run, the largest score difference and whether every
@@ -24,24 +24,24 @@ import torch
 
 
 def one(args) -> dict:
-    from softeval.lm import engine
+    from softeval.lm import loglik
     from softeval.tasks.data import seeded_subset
     from softeval.lm.models import load_model
     from softeval.run.prompting import Prompter, pick_shots, use_chat_template
     from softeval.tasks import get_task
 
     torch.set_num_threads(args.threads)
-    engine.BLOCK_OPTIONS = args.layout == "block"
+    loglik.BLOCK_OPTIONS = args.layout == "block"
     lm = load_model(args.model)
     task = get_task(args.task)
     split = task.load("offline")
     prompter = Prompter(lm, task, use_chat_template(lm, "auto"), pick_shots(split.tune, 5, 0))
     pairs = [prompter.cloze_ids(e, args.method) for e in seeded_subset(split.eval, args.limit, 0)]
-    engine.option_logprobs(lm, [c for c, _ in pairs[:2]], [o for _, o in pairs[:2]], batch_size=16)  # warm-up
+    loglik.option_logprobs(lm, [c for c, _ in pairs[:2]], [o for _, o in pairs[:2]], batch_size=16)  # warm-up
     t0 = time.perf_counter()
-    scores = engine.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], batch_size=16)
+    scores = loglik.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], batch_size=16)
     seconds = time.perf_counter() - t0
-    return {"layout": args.layout, "seconds": round(seconds, 2), "block_used": engine.block_options_usable(lm),
+    return {"layout": args.layout, "seconds": round(seconds, 2), "block_used": loglik.block_options_usable(lm),
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2), "scores": scores}
 
 

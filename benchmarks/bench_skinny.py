@@ -1,6 +1,6 @@
 """Generation with and without softeval.lm.skinny (few-row linears as W @ x^T on CPU), side by side.
 
-Not a test. For each section: the same prompts through ``engine.generate`` (batch 8) with the path
+Not a test. For each section: the same prompts through ``generation.generate`` (batch 8) with the path
 on and off, interleaved over 2 rounds; prints the best time of each, the gain and how many outputs
 are identical. BENCHMARKS.md, "Decoding on CPU".
 
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from softeval.lm import engine
+from softeval.lm import generation
 
 from softeval.lm import skinny
 from softeval.tasks.data import seeded_subset
@@ -37,15 +37,15 @@ def main(argv=None) -> int:
         split = task.load("offline")
         prompter = Prompter(lm, task, use_chat_template(lm, "auto"), pick_shots(split.tune, 5, 0))
         seqs = [prompter.ids(e, method) for e in seeded_subset(split.eval, n, 0)]
-        engine.generate(lm, seqs[:2], max_new_tokens=4, stop=task.stop)  # warm-up
+        generation.generate(lm, seqs[:2], max_new_tokens=4, stop=task.stop)  # warm-up
         seconds: dict[bool, list[float]] = {True: [], False: []}
         outputs: dict[bool, list[str]] = {}
         for r in range(2):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
                 skinny.ENABLED = on
                 t0 = time.perf_counter()
-                outputs[on] = engine.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                              batch_size=8)
+                outputs[on] = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                                                  batch_size=8).texts
                 seconds[on].append(time.perf_counter() - t0)
         skinny.ENABLED = None  # back to the per-host default
         fast, plain = min(seconds[True]), min(seconds[False])

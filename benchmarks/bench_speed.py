@@ -10,11 +10,11 @@ line, JSON.
     make bench-quick     # or: .venv/bin/python benchmarks/bench_speed.py --quick   (1 round, ~7 min)
     make bench           # or: .venv/bin/python benchmarks/bench_speed.py           (3 rounds + ablations)
 
-What is timed: softeval = tokenizing the prompts + ``engine.generate`` / ``engine.option_logprobs``;
+What is timed: softeval = tokenizing the prompts + ``generation.generate`` / ``loglik.option_logprobs``;
 lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
 task YAML (written to a temp dir, reading the same items from a local JSONL), i.e. lm-eval's own
 tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
-softeval = ``engine.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
+softeval = ``tuning_loss.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
 prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens.
 """
@@ -41,7 +41,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval.lm import engine
+from softeval.lm import batching, generation, kv_cache, loglik, memory, tuning_loss
 
 from softeval.lm import skinny
 from softeval.tasks.data import seeded_subset
@@ -52,6 +52,7 @@ from softeval.run.scoring import score_output
 from softeval.lm.softprompt import SoftPrompt
 from softeval.tasks import get_task
 from softeval.run.tune import batches as tune_batches
+from softeval.run.tune import length_grouped
 
 MODES = {
     # One rule for both modes: the same sections, items, item counts per call, seeded plans and
@@ -189,25 +190,25 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     plan = tune_batches(len(train), batch_size, steps * rounds + 1, seed=0)
     pairs = {i: (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i])) for b in plan for i in b}
     lengths = lambda i: len(pairs[i][0]) + len(pairs[i][1])
-    grouped = engine.length_grouped(plan[:steps], lengths, window=window, seed=0)  # same items as plan[:steps]
+    grouped = length_grouped(plan[:steps], lengths, window=window, seed=0)  # same items as plan[:steps]
 
     soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
     opt = torch.optim.AdamW([soft.weight], lr=3e-2)
 
     def se_step(batch, max_pass_tokens=None):
         opt.zero_grad(set_to_none=True)
-        loss = engine.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
-                                           soft.weight, max_pass_tokens)
+        loss = tuning_loss.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
+                                                soft.weight, max_pass_tokens)
         opt.step()
         return loss
 
-    budget = engine.tuning_pass_tokens(lm)
+    budget = memory.tuning_pass_tokens(lm)
 
     def pad_stats(p):  # real and padded tokens of the forward passes (a batch split as the engine splits it)
         real = sum(lengths(i) for b in p for i in b)
         padded = 0
         for b in p:
-            for rows in engine.tuning_passes([lengths(i) for i in b], budget):
+            for rows in batching.tuning_passes([lengths(i) for i in b], budget):
                 padded += max(lengths(b[r]) for r in rows) * len(rows)
         return real, padded
 
@@ -306,13 +307,14 @@ def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_
 
     def run_softeval():
         seqs = [prompter.ids(e, method) for e in items]
-        return engine.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=batch_size)
+        return generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                                   batch_size=batch_size).texts
 
     def run_lmeval():
         return side.generate(instances)
 
     # warm-up on two items each
-    engine.generate(lm, [prompter.ids(e, method) for e in items[:2]], max_new_tokens=2, stop=task.stop)
+    generation.generate(lm, [prompter.ids(e, method) for e in items[:2]], max_new_tokens=2, stop=task.stop)
     side.hflm.generate_until(side.task_instances(docs[:2], "generate_until", until=task.stop, max_gen_toks=2),
                              disable_tqdm=True)
     (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
@@ -337,12 +339,12 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
 
     def run_softeval():
         seqs = [prompter.ids(e, method) for e in items]
-        return engine.option_logprobs(lm, seqs, [prompter.option_ids(e) for e in items], batch_size=batch_size)
+        return loglik.option_logprobs(lm, seqs, [prompter.option_ids(e) for e in items], batch_size=batch_size)
 
     def run_lmeval():
         return side.loglik(instances)
 
-    engine.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]], [prompter.option_ids(e) for e in items[:2]])
+    loglik.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]], [prompter.option_ids(e) for e in items[:2]])
     side.hflm.loglikelihood(side.task_instances(docs[:2], "multiple_choice"), disable_tqdm=True)
     (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
     pick = lambda s: max(range(len(s)), key=lambda j: s[j])
@@ -370,13 +372,13 @@ def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
     seqs = [prompter.ids(e, method) for e in items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
     return _ablation(rows, f"ablation {task.name} {method}: prefix cache on/off",
-                     lambda: engine.generate(lm, seqs, prefix_cache=None, **kw),
-                     lambda: engine.generate(lm, seqs, prefix_cache=False, **kw), 1,
-                     f"shared {engine.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
+                     lambda: generation.generate(lm, seqs, prefix_cache=None, **kw).texts,
+                     lambda: generation.generate(lm, seqs, prefix_cache=False, **kw).texts, 1,
+                     f"shared {batching.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
 
 
 def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, method, batch_size, rows):
-    """softeval's generation with a speed path's module flag on and off (``engine.GROWING_CACHE``:
+    """softeval's generation with a speed path's module flag on and off (``kv_cache.GROWING_CACHE``:
     its in-place growing KV cache vs transformers' DynamicCache; ``skinny.ENABLED``: few-row
     linears as W @ x^T vs F.linear)."""
     seqs = [prompter.ids(e, method) for e in items]
@@ -387,7 +389,7 @@ def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, meth
     def run(on: bool):
         setattr(owner, flag, on)
         try:
-            return engine.generate(lm, seqs, **kw)
+            return generation.generate(lm, seqs, **kw).texts
         finally:
             setattr(owner, flag, default)
 
@@ -485,7 +487,7 @@ def main(argv=None) -> int:
                                                       items[name][:cfg["ablation_items"]], method, args.batch_size,
                                                       rows), 3)
             for name, method in cfg["ablation"]}
-        for key, owner, flag, what in (("growing_cache_gain", engine, "GROWING_CACHE", "growing cache vs DynamicCache"),
+        for key, owner, flag, what in (("growing_cache_gain", kv_cache, "GROWING_CACHE", "growing cache vs DynamicCache"),
                                        ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
             log(f"ablation: {what} ({time.time() - started:.0f}s)")
             result[key] = round(ablation_switch(owner, flag, what, lm, tasks["gsm8k"], prompters["gsm8k"],

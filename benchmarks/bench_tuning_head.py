@@ -3,7 +3,7 @@
 Not a test. One process, one loaded model, the real tuning batches of each task (the seeded plan a
 `softeval run` draws, prompts and targets as it builds them); the two paths alternate batch by batch
 (order flipped every batch) after one warm-up each, with the same soft prompt. Each step is
-``engine.target_loss_backward`` (forward, backward, gradient into the soft prompt). Prints one row
+``tuning_loss.target_loss_backward`` (forward, backward, gradient into the soft prompt). Prints one row
 per task and, as the last line, JSON.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_tuning_head.py --model gemma-3-270m \\
@@ -31,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 from rich.console import Console
 
-from softeval.lm import engine
+from softeval.lm import batching, memory, tuning_loss
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import Job
 from softeval.lm.softprompt import SoftPrompt
@@ -41,7 +41,7 @@ from softeval.run.tune import batches
 def head_positions(pairs, batch, budget: int) -> tuple[int, int]:
     lengths = [len(pairs[i][0]) + len(pairs[i][1]) for i in batch]
     plain = target = 0
-    for rows in engine.tuning_passes(lengths, budget):
+    for rows in batching.tuning_passes(lengths, budget):
         targets = [len(pairs[batch[r]][1]) for r in rows]
         plain += len(rows) * (max(targets) + 1)
         target += sum(targets)
@@ -60,17 +60,17 @@ def tuning_setup(job: Job, n_batches: int):
 def bench_task(job: Job, n_batches: int) -> dict:
     lm, cfg = job.lm, job.config
     plan, pairs, soft = tuning_setup(job, n_batches + 1)  # the extra batch is the warm-up
-    budget = engine.tuning_pass_tokens(lm)
-    head = engine.target_head(lm)
+    budget = memory.tuning_pass_tokens(lm)
+    head = tuning_loss.target_head(lm)
     if head is None:
         raise SystemExit(f"{cfg.model}: the target-position head is not used for this model; nothing to compare")
 
     def step(batch, use_head: bool) -> tuple[float, float]:
-        engine._TARGET_HEADS[lm.model] = head if use_head else None
+        tuning_loss._TARGET_HEADS[lm.model] = head if use_head else None
         soft.weight.grad = None
         started = time.perf_counter()
-        loss = engine.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
-                                           soft.weight, budget)
+        loss = tuning_loss.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
+                                                soft.weight, budget)
         return time.perf_counter() - started, loss
 
     step(plan[-1], True), step(plan[-1], False)  # warm-up
@@ -82,7 +82,7 @@ def bench_task(job: Job, n_batches: int) -> dict:
             dt, losses[use_head] = step(batch, use_head)
             seconds[use_head] += dt
         worst = max(worst, abs(losses[True] - losses[False]) / max(abs(losses[False]), 1e-9))
-    engine._TARGET_HEADS[lm.model] = head
+    tuning_loss._TARGET_HEADS[lm.model] = head
     plain_pos = target_pos = 0
     for batch in plan[:n_batches]:
         p, t = head_positions(pairs, batch, budget)
@@ -100,11 +100,11 @@ def one_path(job: Job, n_batches: int, use_head: bool) -> dict:
     lm = job.lm
     plan, pairs, soft = tuning_setup(job, n_batches)
     if not use_head:
-        engine._TARGET_HEADS[lm.model] = None
+        tuning_loss._TARGET_HEADS[lm.model] = None
     started = time.perf_counter()
     for batch in plan:
         soft.weight.grad = None
-        engine.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch], soft.weight)
+        tuning_loss.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch], soft.weight)
     return {"task": job.config.task, "path": "target" if use_head else "plain", "batches": n_batches,
             "s_per_step": round((time.perf_counter() - started) / n_batches, 3),
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from softeval.lm import engine
+from softeval.lm import generation, loglik
 from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
 from softeval.run.prompting import Prompter, use_chat_template
@@ -41,8 +41,8 @@ def main(n: int = 16) -> dict:
     opts = [prompter.option_ids(e) for e in items]
 
     def run():
-        gens = engine.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=8)
-        return gens, torch.tensor(engine.option_logprobs(lm, seqs, opts, batch_size=8))
+        gens = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=8).texts
+        return gens, torch.tensor(loglik.option_logprobs(lm, seqs, opts, batch_size=8))
 
     ref_g, ref_s = run()
     fp32 = lm.model

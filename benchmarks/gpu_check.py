@@ -51,10 +51,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
-from softeval.lm import engine  # noqa: E402
+from softeval.lm import generation, loglik, memory, tuning_loss  # noqa: E402
 from softeval.lm.models import LoadedModel  # noqa: E402
 from softeval.lm.perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402
-from softeval.lm.softprompt import build_inputs  # noqa: E402
+from softeval.lm.softprompt import layout_inputs  # noqa: E402
 
 ASSETS = HERE / "check_assets"
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -247,14 +247,14 @@ def section_agree(device, plan, tok, prompts) -> dict:
 
     def logits(lm, s):
         with torch.no_grad():
-            return lm.model(**build_inputs(lm, seqs[:4], s.to(lm.device))).logits[:, -8:].float().cpu()
+            return lm.model(**layout_inputs(lm, seqs[:4], s.to(lm.device))).logits[:, -8:].float().cpu()
 
     def run(lm, s):
         s = s.to(lm.device)
-        gens = engine.generate(lm, seqs, soft=s, max_new_tokens=new, batch_size=4)
-        scores = engine.option_logprobs(lm, seqs, options, soft=s, batch_size=4)
+        gens = generation.generate(lm, seqs, soft=s, max_new_tokens=new, batch_size=4).texts
+        scores = loglik.option_logprobs(lm, seqs, options, soft=s, batch_size=4)
         w = s.clone().requires_grad_(True)
-        loss = engine.target_loss_backward(lm, prompts_t, targets_t, w)
+        loss = tuning_loss.target_loss_backward(lm, prompts_t, targets_t, w)
         return gens, torch.tensor(scores), loss, w.grad.detach().float().cpu()
 
     ref_logits = logits(ref, soft)
@@ -275,8 +275,8 @@ def section_agree(device, plan, tok, prompts) -> dict:
     # logits it gives alone.
     with torch.no_grad():
         s = soft.to(device)
-        batch = dev.model(**build_inputs(dev, seqs[:4], s)).logits[:, -1].float().cpu()
-        alone = torch.cat([dev.model(**build_inputs(dev, [q], s)).logits[:, -1].float().cpu() for q in seqs[:4]])
+        batch = dev.model(**layout_inputs(dev, seqs[:4], s)).logits[:, -1].float().cpu()
+        alone = torch.cat([dev.model(**layout_inputs(dev, [q], s)).logits[:, -1].float().cpu() for q in seqs[:4]])
     checks["padding_max_rel_diff"] = _max_rel(batch, alone)
     ok = (checks["fp32"]["logits_max_rel_diff"] < 1e-3 and checks["fp32"]["option_scores_max_abs_diff"] < 1e-2
           and checks["fp32"]["tuning_loss_rel_diff"] < 1e-3 and checks["fp32"]["soft_grad_max_rel_diff"] < 1e-2
@@ -314,7 +314,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     def step(k):
         rows = range(k * BATCH, (k + 1) * BATCH)
         opt.zero_grad(set_to_none=True)
-        loss = engine.target_loss_backward(lm, [p_all[r] for r in rows], [t_all[r] for r in rows], soft)
+        loss = tuning_loss.target_loss_backward(lm, [p_all[r] for r in rows], [t_all[r] for r in rows], soft)
         opt.step()
         return loss
 
@@ -325,7 +325,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
                                          for r in range(k * BATCH, (k + 1) * BATCH)]) for k in range(steps))
     out["tune"] = {"steps_per_s": round(steps / t_tune, 3), "s_per_step": round(t_tune / steps, 4),
                    "tokens_per_step": sum(len(p_all[r]) + len(t_all[r]) for r in range(steps * BATCH)) // steps,
-                   "pass_tokens": engine.tuning_pass_tokens(lm), "achieved_tflops": round(flops / t_tune / 1e12, 3),
+                   "pass_tokens": memory.tuning_pass_tokens(lm), "achieved_tflops": round(flops / t_tune / 1e12, 3),
                    "tune_mfu": round(flops / t_tune / peak_flops, 4)}
     log(f"{name}: tuning {out['tune']}")
     s = soft.detach()
@@ -337,15 +337,15 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
                            ("few_shot_generate", prompts.prompts("mmlu", plan["fewshot_items"], shots=5), 8),
                            ("soft_prompt_generate", prompts.prompts("mmlu", plan["gen_items"]), 8)):
         kw = {"soft": s} if key.startswith("soft") else {}
-        engine.generate(lm, seqs[:2], max_new_tokens=2, **kw, **auto)  # warm-up
-        texts, dt = timed(device, lambda seqs=seqs, new=new, kw=kw: engine.generate(
-            lm, seqs, max_new_tokens=new, stop=("\n",), **kw, **auto))
+        generation.generate(lm, seqs[:2], max_new_tokens=2, **kw, **auto)  # warm-up
+        texts, dt = timed(device, lambda seqs=seqs, new=new, kw=kw: generation.generate(
+            lm, seqs, max_new_tokens=new, stop=("\n",), **kw, **auto).texts)
         fl = scoring_flops(dims, [(len(q) + (SOFT_TOKENS if kw else 0), new) for q in seqs])
         score[key] = {"items_per_s": round(len(seqs) / dt, 2), "items": len(seqs),
                       "prompt_tokens_mean": sum(map(len, seqs)) // len(seqs), "tflops": round(fl / dt / 1e12, 2)}
     seqs, opts = prompts.prompts("mmlu", plan["loglik_items"]), prompts.options(plan["loglik_items"])
-    engine.option_logprobs(lm, seqs[:2], opts[:2], **auto)
-    _, dt = timed(device, lambda: engine.option_logprobs(lm, seqs, opts, **auto))
+    loglik.option_logprobs(lm, seqs[:2], opts[:2], **auto)
+    _, dt = timed(device, lambda: loglik.option_logprobs(lm, seqs, opts, **auto))
     score["zero_shot_loglik"] = {"items_per_s": round(len(seqs) / dt, 2), "items": len(seqs)}
     out["score"] = score
     log(f"{name}: scoring {score}")
@@ -354,16 +354,16 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     long_seqs = prompts.long(plan["long_items"], plan["long_tokens"])
     longest = max(map(len, long_seqs))
     long: dict = {"prompt_tokens": longest, "items": len(long_seqs),
-                  "auto_batch_generate": engine._resolve_batch_size(
+                  "auto_batch_generate": memory.resolve_batch_size(
                       lm, "auto", longest + SOFT_TOKENS, plan["max_batch_size"], new_tokens=8),
-                  "auto_batch_loglik": engine._resolve_batch_size(lm, "auto", longest, plan["max_batch_size"])}
+                  "auto_batch_loglik": memory.resolve_batch_size(lm, "auto", longest, plan["max_batch_size"])}
     try:
-        _, dt = timed(device, lambda: engine.option_logprobs(lm, long_seqs, prompts.options(len(long_seqs)), **auto))
+        _, dt = timed(device, lambda: loglik.option_logprobs(lm, long_seqs, prompts.options(len(long_seqs)), **auto))
         long["loglik_items_per_s"] = round(len(long_seqs) / dt, 2)
-        _, dt = timed(device, lambda: engine.generate(lm, long_seqs, soft=s, max_new_tokens=8, **auto))
+        _, dt = timed(device, lambda: generation.generate(lm, long_seqs, soft=s, max_new_tokens=8, **auto))
         long["soft_prompt_generate_items_per_s"] = round(len(long_seqs) / dt, 2)
         w = s.clone().requires_grad_(True)
-        _, dt = timed(device, lambda: engine.target_loss_backward(lm, long_seqs[:BATCH], t_all[:BATCH], w))
+        _, dt = timed(device, lambda: tuning_loss.target_loss_backward(lm, long_seqs[:BATCH], t_all[:BATCH], w))
         long["tune_step_s"] = round(dt, 3)
         long["oom"] = False
     except torch.cuda.OutOfMemoryError as err:  # the point of the section: record it, do not crash

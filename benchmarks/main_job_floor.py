@@ -24,7 +24,7 @@ import torch
 from rich.console import Console
 
 from softeval.lm import perf
-from softeval.lm.engine import common_prefix_len
+from softeval.lm.batching import common_prefix_len
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import SAVE_EVERY, Job
 from softeval.run.tune import batches

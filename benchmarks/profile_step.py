@@ -21,7 +21,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from softeval.lm import engine
+from softeval.lm import batching, generation, memory, tuning_loss
 from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
@@ -82,8 +82,8 @@ def main(argv=None) -> int:
 
     def step(batch):
         opt.zero_grad(set_to_none=True)
-        engine.target_loss_backward(lm, [prompter.ids(splits.tune[i], "soft-prompt") for i in batch],
-                                    [prompter.target_ids(splits.tune[i]) for i in batch], soft.weight)
+        tuning_loss.target_loss_backward(lm, [prompter.ids(splits.tune[i], "soft-prompt") for i in batch],
+                                         [prompter.target_ids(splits.tune[i]) for i in batch], soft.weight)
         opt.step()
 
     result = {"model": args.model, "task": args.task, "threads": args.threads,
@@ -95,14 +95,14 @@ def main(argv=None) -> int:
         step(plan[0])
         wall = time.perf_counter() - t0
     result["tune_step"] = {"tokens": sum(lengths), "longest": max(lengths),
-                           "passes": len(engine.tuning_passes(lengths, engine.tuning_pass_tokens(lm))),
+                           "passes": len(batching.tuning_passes(lengths, memory.tuning_pass_tokens(lm))),
                            **shares(prof, wall)}
     items = seeded_subset(splits.eval, 8, 0)
     seqs = [prompter.ids(e, "zero-shot") for e in items]
-    engine.generate(lm, seqs[:2], max_new_tokens=2, stop=task.stop)  # warm-up
+    generation.generate(lm, seqs[:2], max_new_tokens=2, stop=task.stop)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
-        engine.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=8)
+        generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, batch_size=8)
         wall = time.perf_counter() - t0
     result["score_batch"] = {"tokens": sum(map(len, seqs)), "longest": max(map(len, seqs)),
                              "max_new_tokens": task.max_new_tokens, **shares(prof, wall)}

@@ -27,7 +27,7 @@ from softeval import tasks  # noqa: E402
 
 from softeval.cli import app as cli
 
-from softeval.lm import engine
+from softeval.lm import generation, tuning_loss
 
 from softeval.store import index
 
@@ -85,10 +85,10 @@ def install(hook: str) -> None:
         setattr(owner, name, flagged)
 
     if point == "tune":
-        wrap(engine, "target_loss_backward")
+        wrap(tuning_loss, "target_loss_backward")
     elif point == "score":
         flag(pipeline, "score_items")
-        wrap(engine, "generate", when=lambda *a, **k: inside["on"])
+        wrap(generation, "generate", when=lambda *a, **k: inside["on"])
     elif point == "finish":
         wrap(runs, "write_json", when=lambda path, data: Path(path).name == "results.json")
     elif point == "index":  # only the index call of a run that is finishing, not of one found finished

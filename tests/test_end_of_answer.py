@@ -9,7 +9,7 @@ import types
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-from softeval.lm import engine
+from softeval.lm import generation
 from softeval.lm.models import POST_TRAINED, LoadedModel, load_model
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
@@ -78,7 +78,7 @@ def test_end_of_turn_marker_left_in_the_text_does_not_fail_the_strict_format():
                    spelled + [tok.convert_tokens_to_ids("x")]):
         lm = LoadedModel(Scripted(script, len(tok)), tok, "scripted", POST_TRAINED, "test", pad_id=0,
                          eos_ids=(end_of_text,))  # a generation config that does not list <|im_end|>
-        out = engine.generate(lm, [tok("Q").input_ids], max_new_tokens=len(script), stop=mmlu.stop,
-                              batch_size=1, prefix_cache=False)[0]
+        out = generation.generate(lm, [tok("Q").input_ids], max_new_tokens=len(script), stop=mmlu.stop,
+                                  batch_size=1, prefix_cache=False).texts[0]
         assert out == "B"
         assert score_output(mmlu, ITEM, out)["format_ok"]

@@ -2,7 +2,7 @@
 
 import torch
 
-from softeval.lm import engine
+from softeval.lm import generation, loglik
 from softeval.lm.softprompt import SoftPrompt
 
 
@@ -18,8 +18,8 @@ def test_first_token_logprobs_match_option_logprobs(lm):
             for slot, i in enumerate(indices):
                 seen[i] = [float(logprobs[slot, o[0]]) for o in options[i]]
 
-        engine.generate(lm, prompts, soft=s, max_new_tokens=2, batch_size=2, on_first_logprobs=keep)
-        direct = engine.option_logprobs(lm, prompts, options, soft=s, batch_size=2)
+        generation.generate(lm, prompts, soft=s, max_new_tokens=2, batch_size=2, on_first_logprobs=keep)
+        direct = loglik.option_logprobs(lm, prompts, options, soft=s, batch_size=2)
         assert sorted(seen) == [0, 1, 2]
         for i in range(3):
             torch.testing.assert_close(torch.tensor(seen[i]), torch.tensor(direct[i]), atol=1e-5, rtol=1e-5)

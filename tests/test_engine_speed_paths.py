@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny import plain_target_loss, tiny_lm
 
-from softeval.lm import engine
+from softeval.lm import batching, generation, kv_cache, loglik, memory, tuning_loss
 
 INSTRUCTION = "Answer with one letter. Here are worked examples:\nQ: abc\nA: a\n\nQ: "
 QUESTIONS = ["d", "efg hij", "klm", "nopqrs tu", "v", "wxyz 1234 567", "ab", "cdefgh"]
@@ -27,20 +27,21 @@ def _soft(lm, n=3):
 @pytest.mark.parametrize("with_soft", [False, True])
 def test_prefix_cache_generations_identical(lm, with_soft):
     seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
-    assert engine.common_prefix_len(seqs) > engine.MIN_PREFIX
+    assert batching.common_prefix_len(seqs) > kv_cache.MIN_PREFIX
     kw = {"soft": soft, "max_new_tokens": 12, "stop": ("\n",), "batch_size": 3}
-    plain = engine.generate(lm, seqs, prefix_cache=False, **kw)
-    cached = engine.generate(lm, seqs, prefix_cache=True, **kw)
+    plain = generation.generate(lm, seqs, prefix_cache=False, **kw).texts
+    cached = generation.generate(lm, seqs, prefix_cache=True, **kw).texts
     assert cached == plain
     assert any(plain)  # the model does generate something
 
 
 def test_prefix_cache_with_soft_prompt_only(lm):
     seqs = [lm.tokenizer(q, add_special_tokens=False).input_ids for q in QUESTIONS]  # no shared tokens
-    assert engine.common_prefix_len(seqs) == 0
+    assert batching.common_prefix_len(seqs) == 0
     soft = _soft(lm, 9)
     kw = {"soft": soft, "max_new_tokens": 8, "batch_size": 4}
-    assert engine.generate(lm, seqs, prefix_cache=True, **kw) == engine.generate(lm, seqs, prefix_cache=False, **kw)
+    assert (generation.generate(lm, seqs, prefix_cache=True, **kw).texts
+            == generation.generate(lm, seqs, prefix_cache=False, **kw).texts)
 
 
 @pytest.mark.parametrize("with_soft", [False, True])
@@ -50,79 +51,79 @@ def test_prefix_cache_loglik_identical(lm, with_soft):
     single = [[tok(" " + c) for c in "ABCD"] for _ in seqs]
     multi = [[tok(" yes"), tok(" no"), tok(" a b c")] for _ in seqs]
     for options in (single, multi):
-        plain = engine.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=False)
-        cached = engine.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=True)
+        plain = loglik.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=False)
+        cached = loglik.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=True)
         torch.testing.assert_close(torch.tensor(cached), torch.tensor(plain), rtol=1e-6, atol=1e-5)
 
 
 def test_stop_on_decoded_tail_matches_full_text(lm):
     seqs = _seqs(lm)
-    free = engine.generate(lm, seqs, max_new_tokens=16, batch_size=4)
+    free = generation.generate(lm, seqs, max_new_tokens=16, batch_size=4).texts
     for stop in (("\n",), ("a", "Q:"), (" ", "zz")):
-        stopped = engine.generate(lm, seqs, max_new_tokens=16, stop=stop, batch_size=4)
-        assert stopped == [engine.cut_at_stop(f, stop) for f in free]
+        stopped = generation.generate(lm, seqs, max_new_tokens=16, stop=stop, batch_size=4).texts
+        assert stopped == [generation.cut_at_stop(f, stop) for f in free]
 
 
 def test_length_batches_return_results_in_caller_order(lm):
     seqs = _seqs(lm)
-    assert sorted(i for b in engine.length_batches([len(s) for s in seqs], 3) for i in b) == list(range(len(seqs)))
-    together = engine.generate(lm, seqs, max_new_tokens=6, batch_size=3)
-    alone = [engine.generate(lm, [s], max_new_tokens=6, prefix_cache=False)[0] for s in seqs]
+    assert sorted(i for b in batching.length_batches([len(s) for s in seqs], 3) for i in b) == list(range(len(seqs)))
+    together = generation.generate(lm, seqs, max_new_tokens=6, batch_size=3).texts
+    alone = [generation.generate(lm, [s], max_new_tokens=6, prefix_cache=False).texts[0] for s in seqs]
     assert together == alone
     tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
     options = [[tok(" A"), tok(" B")] for _ in seqs]
-    batched = engine.option_logprobs(lm, seqs, options, batch_size=3)
-    single = [engine.option_logprobs(lm, [s], [o], prefix_cache=False)[0] for s, o in zip(seqs, options)]
+    batched = loglik.option_logprobs(lm, seqs, options, batch_size=3)
+    single = [loglik.option_logprobs(lm, [s], [o], prefix_cache=False)[0] for s, o in zip(seqs, options)]
     torch.testing.assert_close(torch.tensor(batched), torch.tensor(single), rtol=1e-6, atol=1e-5)
 
 
 def test_length_grouped_tuning_plan_is_deterministic_and_keeps_items():
-    from softeval.run.tune import batches
+    from softeval.run.tune import batches, length_grouped
 
     plan = batches(50, 8, 12, seed=5)
     lengths = {i: (i * 37) % 23 for i in range(50)}
-    grouped = engine.length_grouped(plan, lengths.__getitem__, window=4, seed=5)
-    assert grouped == engine.length_grouped(plan, lengths.__getitem__, window=4, seed=5)
+    grouped = length_grouped(plan, lengths.__getitem__, window=4, seed=5)
+    assert grouped == length_grouped(plan, lengths.__getitem__, window=4, seed=5)
     assert [len(b) for b in grouped] == [len(b) for b in plan]
     for w in range(0, 12, 4):
         assert sorted(i for b in grouped[w:w + 4] for i in b) == sorted(i for b in plan[w:w + 4] for i in b)
     spread = lambda p: sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in p)
     assert spread(grouped) < spread(plan)
-    assert engine.length_grouped(plan, lengths.__getitem__, window=1) == plan
+    assert length_grouped(plan, lengths.__getitem__, window=1) == plan
 
 
 def test_auto_batch_size_never_exceeds_bound(lm, monkeypatch):
     for free in (10**6, 10**9, 10**15):
-        monkeypatch.setattr(engine, "_free_bytes", lambda device, free=free: free)
+        monkeypatch.setattr(memory, "_free_bytes", lambda device, free=free: free)
         for bound in (1, 2, 7, 64):
             for seq_len in (4, 100, 4000):
-                size = engine.auto_batch_size(lm, seq_len, max_batch_size=bound, new_tokens=16)
+                size = memory.auto_batch_size(lm, seq_len, max_batch_size=bound, new_tokens=16)
                 assert 1 <= size <= bound
-    monkeypatch.setattr(engine, "_free_bytes", lambda device: 10**15)
-    assert engine.auto_batch_size(lm, 10, max_batch_size=5) == 5
-    monkeypatch.setattr(engine, "_free_bytes", lambda device: 1)
-    assert engine.auto_batch_size(lm, 10, max_batch_size=5) == 1
+    monkeypatch.setattr(memory, "_free_bytes", lambda device: 10**15)
+    assert memory.auto_batch_size(lm, 10, max_batch_size=5) == 5
+    monkeypatch.setattr(memory, "_free_bytes", lambda device: 1)
+    assert memory.auto_batch_size(lm, 10, max_batch_size=5) == 1
 
 
 def test_auto_batch_size_in_generate_and_loglik(lm, monkeypatch):
     seqs = _seqs(lm)
     seen = []
-    real = engine._generate_batch
+    real = generation._generate_batch
 
     def spy(lm_, batch, *args, **kw):
         seen.append(len(batch))
         return real(lm_, batch, *args, **kw)
 
-    monkeypatch.setattr(engine, "_free_bytes", lambda device: 10**15)
-    monkeypatch.setattr(engine, "_generate_batch", spy)
-    auto = engine.generate(lm, seqs, max_new_tokens=5, batch_size="auto", max_batch_size=3)
+    monkeypatch.setattr(memory, "_free_bytes", lambda device: 10**15)
+    monkeypatch.setattr(generation, "_generate_batch", spy)
+    auto = generation.generate(lm, seqs, max_new_tokens=5, batch_size="auto", max_batch_size=3).texts
     assert seen and max(seen) <= 3
-    assert auto == engine.generate(lm, seqs, max_new_tokens=5, batch_size=8)
+    assert auto == generation.generate(lm, seqs, max_new_tokens=5, batch_size=8).texts
     tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
     options = [[tok(" A"), tok(" B")] for _ in seqs]
     torch.testing.assert_close(
-        torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=0, max_batch_size=2)),
-        torch.tensor(engine.option_logprobs(lm, seqs, options, batch_size=8)), rtol=1e-6, atol=1e-5)
+        torch.tensor(loglik.option_logprobs(lm, seqs, options, batch_size=0, max_batch_size=2)),
+        torch.tensor(loglik.option_logprobs(lm, seqs, options, batch_size=8)), rtol=1e-6, atol=1e-5)
 
 
 def test_length_grouped_tuning_is_deterministic():
@@ -143,12 +144,12 @@ def test_length_grouped_tuning_is_deterministic():
 
 def test_tuning_passes_fit_budget_and_cover_batch():
     lengths = [50, 10, 30, 12, 200, 11, 29, 31]
-    passes = engine.tuning_passes(lengths, max_tokens=64)
+    passes = batching.tuning_passes(lengths, max_tokens=64)
     assert sorted(i for p in passes for i in p) == list(range(len(lengths)))
     for p in passes:
         assert len(p) == 1 or len(p) * max(lengths[i] for i in p) <= 64
     assert [4] in passes  # a row longer than the budget gets a pass of its own
-    assert engine.tuning_passes(lengths, max_tokens=10_000) == [sorted(range(8), key=lambda i: lengths[i])]
+    assert batching.tuning_passes(lengths, max_tokens=10_000) == [sorted(range(8), key=lambda i: lengths[i])]
 
 
 @pytest.mark.parametrize("max_pass_tokens", [1, 40, 10_000])
@@ -157,10 +158,10 @@ def test_split_backward_gives_whole_batch_gradient(lm, max_pass_tokens):
     prompts = [s[:-2] for s in seqs]
     targets = [s[-2:] + [lm.tokenizer.eos_token_id] * (k % 3) for k, s in enumerate(seqs)]
     whole = _soft(lm).requires_grad_(True)
-    loss = engine.target_loss(lm, prompts, targets, whole)
+    loss = tuning_loss.target_loss(lm, prompts, targets, whole)
     loss.backward()
     split = _soft(lm).requires_grad_(True)
-    split_loss = engine.target_loss_backward(lm, prompts, targets, split, max_pass_tokens=max_pass_tokens)
+    split_loss = tuning_loss.target_loss_backward(lm, prompts, targets, split, max_pass_tokens=max_pass_tokens)
     assert split_loss == pytest.approx(float(loss.detach()), rel=1e-5)
     torch.testing.assert_close(split.grad, whole.grad, atol=1e-6, rtol=1e-4)
     assert all(not p.requires_grad or p.grad is None for p in lm.model.parameters())
@@ -174,9 +175,9 @@ def _ragged(lm):
 
 def test_target_head_loss_and_gradient_equal_the_models_own_logits(lm):
     prompts, targets = _ragged(lm)
-    assert engine.target_head(lm) is not None  # Llama: output embedding, nothing else
+    assert tuning_loss.target_head(lm) is not None  # Llama: output embedding, nothing else
     fast, plain = _soft(lm).requires_grad_(True), _soft(lm).requires_grad_(True)
-    loss = engine.target_loss(lm, prompts, targets, fast)
+    loss = tuning_loss.target_loss(lm, prompts, targets, fast)
     loss.backward()
     reference = plain_target_loss(lm, prompts, targets, plain)
     reference.backward()
@@ -198,10 +199,10 @@ def test_target_head_applies_final_logit_softcapping():
                           initializer_range=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = Gemma2ForCausalLM(config).eval().requires_grad_(False)
     capped = LoadedModel(model, tok, "tiny-gemma2", BASE, "test", pad_id=0, eos_ids=(2,))
-    assert engine.target_head(capped) is not None
+    assert tuning_loss.target_head(capped) is not None
     prompts, targets = _ragged(capped)
     soft = _soft(capped)
-    assert engine.target_loss(capped, prompts, targets, soft).item() == pytest.approx(
+    assert tuning_loss.target_loss(capped, prompts, targets, soft).item() == pytest.approx(
         plain_target_loss(capped, prompts, targets, soft).item(), rel=1e-5)
 
 
@@ -215,10 +216,10 @@ def test_a_head_with_an_unknown_logit_step_falls_back_to_the_models_logits(lm):
             return out
 
     lm.model.__class__ = Scaled
-    assert engine.target_head(lm) is None
+    assert tuning_loss.target_head(lm) is None
     prompts, targets = _ragged(lm)
     soft = _soft(lm)
-    assert float(engine.target_loss(lm, prompts, targets, soft)) == pytest.approx(
+    assert float(tuning_loss.target_loss(lm, prompts, targets, soft)) == pytest.approx(
         float(plain_target_loss(lm, prompts, targets, soft)), rel=1e-5)
 
 
@@ -226,15 +227,15 @@ def test_a_head_with_an_unknown_logit_step_falls_back_to_the_models_logits(lm):
 def test_growing_cache_matches_dynamic_cache(lm, monkeypatch, with_soft):
     seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
     kw = {"soft": soft, "max_new_tokens": 70, "stop": (), "batch_size": 3}
-    growing = [engine.generate(lm, seqs, prefix_cache=p, **kw) for p in (False, True)]
-    monkeypatch.setattr(engine, "GROWING_CACHE", False)
-    dynamic = [engine.generate(lm, seqs, prefix_cache=p, **kw) for p in (False, True)]
+    growing = [generation.generate(lm, seqs, prefix_cache=p, **kw).texts for p in (False, True)]
+    monkeypatch.setattr(kv_cache, "GROWING_CACHE", False)
+    dynamic = [generation.generate(lm, seqs, prefix_cache=p, **kw).texts for p in (False, True)]
     assert growing == dynamic
     assert max(len(lm.tokenizer(t).input_ids) for t in dynamic[0]) > 60  # rows run past the first buffer's room
 
 
 def test_growing_layer_keeps_rows_after_select():
-    layer = engine.GrowingLayer()
+    layer = kv_cache.GrowingLayer()
     k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float).reshape(2, 1, 3, 2)
     layer.update(k, -k)
     layer.batch_select_indices(torch.tensor([1]))
@@ -246,10 +247,10 @@ def test_growing_layer_keeps_rows_after_select():
 
 
 def test_tuning_pass_tokens_follow_the_memory_budget(lm, monkeypatch):
-    base = engine.tuning_pass_tokens(lm)
+    base = memory.tuning_pass_tokens(lm)
     assert base >= 1
-    monkeypatch.setattr(engine, "CPU_TUNING_PASS_BYTES", engine.CPU_TUNING_PASS_BYTES * 4)
-    assert engine.tuning_pass_tokens(lm) == pytest.approx(4 * base, rel=0.01)
+    monkeypatch.setattr(memory, "CPU_TUNING_PASS_BYTES", memory.CPU_TUNING_PASS_BYTES * 4)
+    assert memory.tuning_pass_tokens(lm) == pytest.approx(4 * base, rel=0.01)
 
 
 def test_to_growing_swaps_only_plain_dynamic_caches():
@@ -258,23 +259,23 @@ def test_to_growing_swaps_only_plain_dynamic_caches():
     k = torch.randn(2, 1, 5, 4)
     plain = DynamicCache()
     plain.update(k, -k, 0)
-    grown = engine.to_growing(plain)
-    assert type(grown.layers[0]) is engine.GrowingLayer
+    grown = kv_cache.to_growing(plain)
+    assert type(grown.layers[0]) is kv_cache.GrowingLayer
     torch.testing.assert_close(grown.layers[0].keys, k)
     sliding = DynamicCache()
     sliding.layers.append(DynamicSlidingWindowLayer(sliding_window=3))
     sliding.update(k, -k, 0)
-    assert type(engine.to_growing(sliding).layers[0]) is DynamicSlidingWindowLayer
+    assert type(kv_cache.to_growing(sliding).layers[0]) is DynamicSlidingWindowLayer
     legacy = ((k, -k),)
-    assert engine.to_growing(legacy) is legacy
+    assert kv_cache.to_growing(legacy) is legacy
 
 
 def test_length_batches_with_a_padding_cap_close_early_and_keep_every_index():
     lengths = [99, 555, 101, 470, 306, 106, 297, 229, 114, 206, 187, 176, 169, 167, 129, 121]
-    plain = engine.length_batches(lengths, 16)
-    capped = engine.length_batches(lengths, 16, max_padding=1.25)
+    plain = batching.length_batches(lengths, 16)
+    capped = batching.length_batches(lengths, 16, max_padding=1.25)
     assert len(plain) == 1 and sorted(i for b in capped for i in b) == list(range(16))
     for batch in capped:
         assert len(batch) * max(lengths[i] for i in batch) <= 1.25 * sum(lengths[i] for i in batch) or len(batch) == 1
     assert sum(len(b) * max(lengths[i] for i in b) for b in capped) < 0.5 * 16 * 555
-    assert all(len(b) <= 4 for b in engine.length_batches(lengths, 4, max_padding=10))  # the row cap holds too
+    assert all(len(b) <= 4 for b in batching.length_batches(lengths, 4, max_padding=10))  # the row cap holds too

@@ -19,7 +19,7 @@ from softeval import tasks
 
 from softeval.cli import analysis as cli_analysis
 
-from softeval.lm import engine
+from softeval.lm import batching, generation, loglik
 
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
@@ -148,8 +148,8 @@ def test_grouped_option_scoring_equals_one_sequence_per_option():
     tok = lambda t, s=False: lm.tokenizer(t, add_special_tokens=s).input_ids
     contexts = [tok("Question: what colour?\nAnswer:", True), tok("Q: b\nAnswer:", True), tok("Q: longer one\nA:", True)]
     options = [[tok(" red"), tok(" violet"), tok(" a")], [tok(" blue sky"), tok(" no")], [tok(" x"), tok(" yz")]]
-    grouped = engine.grouped_option_logprobs(lm, contexts, options, batch_size=3)
-    plain = engine.option_logprobs(lm, contexts, options, batch_size=2, prefix_cache=False)
+    grouped = loglik.grouped_option_logprobs(lm, contexts, options, batch_size=3)
+    plain = loglik.option_logprobs(lm, contexts, options, batch_size=2, prefix_cache=False)
     torch.testing.assert_close(torch.tensor([x for r in grouped for x in r]),
                                torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
 
@@ -161,9 +161,9 @@ def test_grouped_option_scoring_with_options_of_very_different_lengths():
     contexts = [tok("Question: which?\nAnswer:", True), tok("Q: two\nAnswer:", True)]
     options = [[tok(" a"), tok(" " + "long option text " * 6), tok(" bc")],
                [tok(" " + "medium words " * 3), tok(" d"), tok(" " + "x y " * 12)]]
-    assert len(engine.padding_groups([len(o) + 1 for opts in options for o in opts])) > 1
-    grouped = engine.grouped_option_logprobs(lm, contexts, options, batch_size=16)
-    plain = engine.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
+    assert len(batching.padding_groups([len(o) + 1 for opts in options for o in opts])) > 1
+    grouped = loglik.grouped_option_logprobs(lm, contexts, options, batch_size=16)
+    plain = loglik.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
     torch.testing.assert_close(torch.tensor([x for r in grouped for x in r]),
                                torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
 
@@ -180,11 +180,11 @@ def test_options_side_by_side_equal_one_row_per_option_with_soft_prompt_and_shar
     options = [[tok(" a"), tok(" " + "long option text " * 5), tok(" bc")],
                [tok(" " + "medium words " * 3), tok(" d")], [tok(" x y"), tok(" z"), tok(" w"), tok(" v")]]
     soft = torch.randn(3, lm.model.config.hidden_size) * 0.3
-    assert engine.block_options_usable(lm)
-    block = engine.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
-    monkeypatch.setattr(engine, "BLOCK_OPTIONS", False)
-    rows = engine.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
-    plain = engine.option_logprobs(lm, contexts, options, soft=soft, batch_size=1, prefix_cache=False)
+    assert loglik.block_options_usable(lm)
+    block = loglik.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
+    monkeypatch.setattr(loglik, "BLOCK_OPTIONS", False)
+    rows = loglik.grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=16)
+    plain = loglik.option_logprobs(lm, contexts, options, soft=soft, batch_size=1, prefix_cache=False)
     flat = lambda x: torch.tensor([v for r in x for v in r])
     torch.testing.assert_close(flat(block), flat(rows), rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(flat(block), flat(plain), rtol=1e-5, atol=1e-4)
@@ -202,23 +202,23 @@ def test_a_model_that_ignores_custom_masks_keeps_one_row_per_option():
         return inner(*args, attention_mask=attention_mask, **kw)
 
     lm.model.forward = drops_4d_masks
-    assert not engine.block_options_usable(lm)
+    assert not loglik.block_options_usable(lm)
     tok = lambda t, s=False: lm.tokenizer(t, add_special_tokens=s).input_ids
     contexts = [tok("Question: a?\nAnswer:", True), tok("Q: bb\nA:", True)]
     options = [[tok(" red"), tok(" green leaf")], [tok(" x"), tok(" yz w")]]
-    grouped = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
-    plain = engine.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
+    grouped = loglik.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    plain = loglik.option_logprobs(lm, contexts, options, batch_size=1, prefix_cache=False)
     torch.testing.assert_close(torch.tensor([x for r in grouped for x in r]),
                                torch.tensor([x for r in plain for x in r]), rtol=1e-5, atol=1e-4)
 
 
 def test_padding_groups_bound_the_padding_and_keep_every_row():
     lengths = [1, 50, 2, 48, 3, 1, 25]
-    groups = engine.padding_groups(lengths)
+    groups = batching.padding_groups(lengths)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 1.25 * sum(lengths[i] for i in g)
-    assert engine.padding_groups([4, 4, 4]) == [[0, 1, 2]]
+    assert batching.padding_groups([4, 4, 4]) == [[0, 1, 2]]
 
 
 def test_boolq_cloze_scores_yes_and_no():
@@ -234,7 +234,7 @@ def test_boolq_cloze_scores_yes_and_no():
 def _fake_letter_scorer(follow_content: bool, answers: dict[str, str], lm):
     """An option scorer that reads the lettered prompt: it prefers the letter whose option is the
     right colour (content) or always D (a label prior). Cloze prompts (no lettered lines) get 0."""
-    real = engine.option_logprobs
+    real = loglik.option_logprobs
 
     def scorer(model, contexts, options, **kw):
         out = []
@@ -258,7 +258,7 @@ def test_permutation_consistency_exposes_a_letter_prior(tmp_path, toymc, monkeyp
     lm = tiny_lm()
     answers = {f"Question: {e.fields['question']}": e.fields["answer"] for e in toymc.load().eval}
     _real, scorer = _fake_letter_scorer(follow_content, answers, lm)
-    monkeypatch.setattr(engine, "option_logprobs", scorer)
+    monkeypatch.setattr(loglik, "option_logprobs", scorer)
     (result,) = run_job(_config(tmp_path, permutations=3), lm=lm)
     consistency = result["metrics"]["permutation_consistency"]["value"]
     circular = result["metrics"]["circular_accuracy"]["value"]
@@ -372,13 +372,13 @@ def test_runs_count_failure_causes_and_record_truncation_per_sample(tmp_path, to
 def test_generation_says_which_outputs_hit_the_token_limit():
     lm = tiny_lm(seed=3, init_range=0.5)
     seqs = [lm.tokenizer("Q: abc\nA:").input_ids, lm.tokenizer("Q: d\nA:").input_ids]
-    hit: list[bool] = []
-    free = engine.generate(lm, seqs, max_new_tokens=5, hit_limit=hit)
+    gen = generation.generate(lm, seqs, max_new_tokens=5)
+    free, hit = gen.texts, gen.hit_limit
     assert hit == [True, True] and all(free)  # no stop strings, a random model rarely says EOS
     stop = free[0][1] if len(free[0]) > 1 else free[0][0]
-    hit2: list[bool] = []
-    stopped = engine.generate(lm, seqs, max_new_tokens=5, stop=(stop,), hit_limit=hit2)
-    assert hit2[0] is False and stopped[0] == engine.cut_at_stop(free[0], (stop,))
+    gen2 = generation.generate(lm, seqs, max_new_tokens=5, stop=(stop,))
+    stopped, hit2 = gen2.texts, gen2.hit_limit
+    assert hit2[0] is False and stopped[0] == generation.cut_at_stop(free[0], (stop,))
 
 
 # ---- old run folders --------------------------------------------------------------------------

@@ -114,9 +114,9 @@ def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
 
 
 def _interrupt_second_generate(monkeypatch):
-    from softeval.lm import engine
+    from softeval.lm import generation
 
-    real, calls, raised = engine.generate, [], []
+    real, calls, raised = generation.generate, [], []
 
     def flaky(lm, seqs, **kw):
         calls.append(len(seqs))
@@ -125,7 +125,7 @@ def _interrupt_second_generate(monkeypatch):
             raise KeyboardInterrupt
         return real(lm, seqs, **kw)
 
-    monkeypatch.setattr(engine, "generate", flaky)
+    monkeypatch.setattr(generation, "generate", flaky)
     return calls
 
 
@@ -180,11 +180,11 @@ def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, caps
 def test_memory_freed_by_each_method_run_is_handed_back(toy, tmp_path, monkeypatch):
     """glibc keeps freed blocks: run_job trims after every method it runs (not after a skipped one),
     so one method's peak does not stack on the leftovers of the one before it."""
-    from softeval.lm import engine
+    from softeval.lm import memory
 
-    real = engine._malloc_trim
+    real = memory._malloc_trim
     trims: list[int] = []
-    monkeypatch.setattr(engine, "_malloc_trim", lambda: trims.append)
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trims.append)
     lm = tiny_lm()
     run_job(toy_config(tmp_path, methods=("zero-shot", "few-shot")), lm=lm)
     assert trims == [0, 0]

@@ -8,7 +8,7 @@ from tiny import plain_target_loss
 
 from softeval.cli import app as cli
 
-from softeval.lm import engine
+from softeval.lm import loglik, tuning_loss
 from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.packaged import package_dir
 
@@ -49,7 +49,7 @@ def test_tuning_loss_takes_the_target_head_path_and_is_exact_on_packaged_models(
     if not preset_installed(PRESETS[preset]):
         pytest.skip(f"preset {preset} not installed")
     lm = load_model(preset, device="cpu", dtype="float32")
-    assert engine.target_head(lm) is not None  # the head-at-target-positions path is really used
+    assert tuning_loss.target_head(lm) is not None  # the head-at-target-positions path is really used
     assert lm.model.get_input_embeddings().embedding_dim == PRESETS[preset].hidden  # checked before loading
     tok = lm.tokenizer
     prompts = [tok("Question: What is 7 * 6?\nAnswer:").input_ids, tok("Q: capital of France?\nA:").input_ids]
@@ -57,7 +57,7 @@ def test_tuning_loss_takes_the_target_head_path_and_is_exact_on_packaged_models(
                tok(" Paris", add_special_tokens=False).input_ids]
     torch.manual_seed(0)
     soft = torch.randn(4, lm.model.get_input_embeddings().weight.shape[1]) * 0.02
-    fast = float(engine.target_loss(lm, prompts, targets, soft))
+    fast = float(tuning_loss.target_loss(lm, prompts, targets, soft))
     assert fast == pytest.approx(float(plain_target_loss(lm, prompts, targets, soft)), rel=1e-4)
 
 
@@ -67,14 +67,14 @@ def test_cloze_options_side_by_side_equal_one_row_each_on_packaged_models(preset
         pytest.skip(f"preset {preset} not installed")
     lm = load_model(preset, device="cpu", dtype="float32")
     # the full-attention Llama takes the block mask; gemma-3's sliding-window layers keep one row per option
-    assert engine.block_options_usable(lm) == (preset == "smollm2-135m-instruct")
+    assert loglik.block_options_usable(lm) == (preset == "smollm2-135m-instruct")
     tok = lm.tokenizer
     contexts = [tok("Question: What is the capital of France?\nAnswer:").input_ids,
                 tok("Question: Which gas do plants take in?\nAnswer:").input_ids]
     options = [[tok(t, add_special_tokens=False).input_ids for t in (" Paris", " Lyon", " the city of Marseille")],
                [tok(t, add_special_tokens=False).input_ids for t in (" carbon dioxide", " oxygen")]]
-    block = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
-    monkeypatch.setattr(engine, "BLOCK_OPTIONS", False)
-    rows = engine.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    block = loglik.grouped_option_logprobs(lm, contexts, options, batch_size=8)
+    monkeypatch.setattr(loglik, "BLOCK_OPTIONS", False)
+    rows = loglik.grouped_option_logprobs(lm, contexts, options, batch_size=8)
     torch.testing.assert_close(torch.tensor([x for r in block for x in r]), torch.tensor([x for r in rows for x in r]),
                                rtol=1e-4, atol=1e-3)

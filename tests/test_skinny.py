@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import tiny_lm
 
-from softeval.lm import engine
+from softeval.lm import generation
 
 from softeval.lm import skinny
 
@@ -68,8 +68,8 @@ def test_generations_and_first_logprobs_equal_the_plain_path(monkeypatch):
 
     def run():
         firsts = {}
-        out = engine.generate(lm, seqs, max_new_tokens=12, batch_size=2,
-                              on_first_logprobs=lambda idx, lp: firsts.update(zip(idx, lp)))
+        out = generation.generate(lm, seqs, max_new_tokens=12, batch_size=2,
+                                  on_first_logprobs=lambda idx, lp: firsts.update(zip(idx, lp))).texts
         return out, firsts
 
     fast, fast_first = run()

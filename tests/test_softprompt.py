@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from softeval.lm import engine
+from softeval.lm import generation, tuning_loss
 from softeval.errors import UserError
-from softeval.lm.softprompt import SoftPrompt, build_inputs
+from softeval.lm.softprompt import SoftPrompt, layout_inputs
 
 
 def _ids(lm, text):
@@ -17,7 +17,7 @@ def _ids(lm, text):
 def test_layout_is_pads_then_soft_prompt_then_bos(lm):
     soft = SoftPrompt.initialise(lm, 3, "vocab", seed=0).weight
     short, long = _ids(lm, "ab"), _ids(lm, "abcdef")
-    inputs = build_inputs(lm, [short, long], soft)
+    inputs = layout_inputs(lm, [short, long], soft)
     pads = len(long) - len(short)
     assert inputs["attention_mask"][0].tolist() == [0] * pads + [1] * (3 + len(short))
     assert inputs["position_ids"][0, pads:].tolist() == list(range(3 + len(short)))
@@ -31,8 +31,8 @@ def test_padded_item_gives_same_logits_as_alone(lm, with_soft):
     soft = SoftPrompt.initialise(lm, 4, "vocab", seed=1).weight if with_soft else None
     short, long = _ids(lm, "Question: 1+1?\nAnswer:"), _ids(lm, "Question: what is two plus three?\nAnswer:")
     with torch.no_grad():
-        batch = lm.model(**build_inputs(lm, [short, long], soft)).logits
-        alone = lm.model(**build_inputs(lm, [short], soft)).logits
+        batch = lm.model(**layout_inputs(lm, [short, long], soft)).logits
+        alone = lm.model(**layout_inputs(lm, [short], soft)).logits
     n = alone.shape[1]
     torch.testing.assert_close(batch[0, -n:], alone[0], atol=1e-5, rtol=1e-5)
 
@@ -40,8 +40,8 @@ def test_padded_item_gives_same_logits_as_alone(lm, with_soft):
 def test_padded_generation_matches_alone(lm):
     soft = SoftPrompt.initialise(lm, 4, "vocab", seed=2).weight
     short, long = _ids(lm, "x=1"), _ids(lm, "a much longer prompt here")
-    together = engine.generate(lm, [short, long], soft=soft, max_new_tokens=6, batch_size=2)
-    alone = [engine.generate(lm, [s], soft=soft, max_new_tokens=6)[0] for s in (short, long)]
+    together = generation.generate(lm, [short, long], soft=soft, max_new_tokens=6, batch_size=2).texts
+    alone = [generation.generate(lm, [s], soft=soft, max_new_tokens=6).texts[0] for s in (short, long)]
     assert together == alone
 
 
@@ -50,11 +50,11 @@ def test_loss_counts_target_tokens_only(lm):
     prompts = [_ids(lm, "Q: abc\nA:"), _ids(lm, "Q: a\nA:")]
     targets = [lm.tokenizer(" x", add_special_tokens=False).input_ids + [2],
                lm.tokenizer(" yz", add_special_tokens=False).input_ids + [2]]
-    loss = engine.target_loss(lm, prompts, targets, soft)
+    loss = tuning_loss.target_loss(lm, prompts, targets, soft)
     # Reference: full logits of each item alone, cross-entropy with prompt positions masked out.
     total, count = 0.0, 0
     for p, t in zip(prompts, targets):
-        inputs = build_inputs(lm, [p + t], soft)
+        inputs = layout_inputs(lm, [p + t], soft)
         logits = lm.model(**inputs).logits[0]
         labels = torch.full((logits.shape[0],), -100)
         labels[-len(t):] = torch.tensor(t)
@@ -71,7 +71,7 @@ def test_peft_loads_adapter_and_gives_same_logits(lm, tmp_path):
     assert config["peft_type"] == "PROMPT_TUNING" and config["num_virtual_tokens"] == 5
     ids = _ids(lm, "Question: 2+2?\nAnswer:")
     with torch.no_grad():
-        ours = lm.model(**build_inputs(lm, [ids], soft.weight)).logits
+        ours = lm.model(**layout_inputs(lm, [ids], soft.weight)).logits
         wrapped = peft.PeftModel.from_pretrained(lm.model, str(tmp_path / "sp"))
         theirs = wrapped(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long)).logits
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
@@ -121,13 +121,11 @@ def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
 
 
 def test_one_input_layout_for_plain_and_cached_prefix_inputs(lm):
-    """``layout_inputs`` is the layout of build_inputs and of the engine's shared-prefix path: a
+    """``layout_inputs`` is the layout of plain inputs and of the shared-prefix path (``kv_cache``): a
     suffix after a cached prefix gets the positions it has in the plain ``[pads][soft][prefix][suffix]``."""
-    from softeval.lm.softprompt import layout_inputs
-
     soft = torch.randn(3, lm.model.get_input_embeddings().embedding_dim)
     prefix, suffixes = [5, 6, 7, 8], [[9, 10, 11], [12]]
-    plain = build_inputs(lm, [prefix + s for s in suffixes], soft)
+    plain = layout_inputs(lm, [prefix + s for s in suffixes], soft)
     after = layout_inputs(lm, suffixes, past_mask=torch.ones((2, 3 + len(prefix)), dtype=torch.long))
     for row, s in enumerate(suffixes):
         assert plain["position_ids"][row, -len(s):].tolist() == after["position_ids"][row, -len(s):].tolist()

@@ -7,15 +7,15 @@ import pytest
 import torch
 from tiny import format_task
 
-from softeval.lm import engine
+from softeval.lm import generation, tuning_loss
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
 from softeval.run.tune import TuneConfig, batches, tune
 
 
 def _format_rate(lm, prompter, items, soft):
-    outs = engine.generate(lm, [prompter.ids(e, "soft-prompt") for e in items], soft=soft,
-                           max_new_tokens=4, stop=("\n",))
+    outs = generation.generate(lm, [prompter.ids(e, "soft-prompt") for e in items], soft=soft,
+                               max_new_tokens=4, stop=("\n",)).texts
     return sum(score_output(prompter.task, e, o)["format_ok"] for e, o in zip(items, outs)) / len(items)
 
 
@@ -56,7 +56,7 @@ def test_same_seed_same_soft_prompt(lm):
 def test_nan_loss_stops_and_keeps_last_finite(lm, monkeypatch):
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
-    real_loss = engine.target_loss
+    real_loss = tuning_loss.target_loss
     calls = {"n": 0}
 
     def flaky(*args, **kw):
@@ -64,7 +64,7 @@ def test_nan_loss_stops_and_keeps_last_finite(lm, monkeypatch):
         loss = real_loss(*args, **kw)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(engine, "target_loss", flaky)
+    monkeypatch.setattr(tuning_loss, "target_loss", flaky)
     result = tune(lm, prompter, task.load().tune, [], TuneConfig(num_tokens=3, steps=6, curve_every=0))
     assert result.steps_run == 2
     assert "step 3" in result.stopped_early
@@ -161,8 +161,8 @@ def test_held_out_loss_equals_the_tuning_loss_without_gradients(lm):
     items = task.load().tune[:5]
     prompts, targets = [prompter.ids(e, "soft-prompt") for e in items], [prompter.target_ids(e) for e in items]
     soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.01
-    expected = float(engine.target_loss(lm, prompts, targets, soft))
-    assert engine.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(expected, rel=1e-5)
+    expected = float(tuning_loss.target_loss(lm, prompts, targets, soft))
+    assert tuning_loss.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(expected, rel=1e-5)
 
 
 def _gemma2(window: int):
@@ -183,7 +183,7 @@ def _gemma2(window: int):
 @pytest.mark.parametrize("model", ["llama", "gemma2-window-64", "gemma2-window-6"])
 @pytest.mark.parametrize("prefix_cache", [False, True])
 def test_held_out_loss_from_the_generation_prefill_equals_a_pass_of_its_own(lm, model, prefix_cache):
-    """A curve point reads the held-out loss from its generation's prefill (engine.generate targets=):
+    """A curve point reads the held-out loss from its generation's prefill (generation.generate targets=):
     the same value as target_loss_value's own pass, with a soft prompt, a shared prefix, ragged and
     one-token targets, and on a sliding-window model (beyond its window: a pass of its own)."""
     if model != "llama":
@@ -196,12 +196,13 @@ def test_held_out_loss_from_the_generation_prefill_equals_a_pass_of_its_own(lm, 
     targets[2] = targets[2][:1]
     targets[4] = targets[4] + [9, 10, 11]
     soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.05
-    expected = engine.target_loss_value(lm, prompts, targets, soft)
-    nll: list[float] = []
-    outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache,
-                              targets=targets, target_nll=nll)
+    expected = tuning_loss.target_loss_value(lm, prompts, targets, soft)
+    gen = generation.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache,
+                              targets=targets)
+    outputs, nll = gen.texts, gen.target_nll
     assert sum(nll) / sum(map(len, targets)) == pytest.approx(expected, rel=1e-5)
-    assert outputs == engine.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3, prefix_cache=prefix_cache)
+    assert outputs == generation.generate(lm, prompts, soft=soft, max_new_tokens=4, batch_size=3,
+                                          prefix_cache=prefix_cache).texts
 
 
 def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_path):

@@ -47,11 +47,11 @@ def tiny_lm(seed: int = 0, kind: str = BASE, bos: bool = True, **kw) -> LoadedMo
 
 def plain_target_loss(lm, prompts, targets, soft):
     """The tuning loss from the model's own logits at every position: the reference that
-    ``engine.target_loss`` (head only at target positions) must equal."""
-    from softeval.lm.engine import build_inputs
+    ``tuning_loss.target_loss`` (head only at target positions) must equal."""
+    from softeval.lm.softprompt import layout_inputs
 
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
-    logp = torch.log_softmax(lm.model(**build_inputs(lm, seqs, soft)).logits.float(), dim=-1)
+    logp = torch.log_softmax(lm.model(**layout_inputs(lm, seqs, soft)).logits.float(), dim=-1)
     width = logp.shape[1]
     picked = [logp[r, width - 1 - len(t) + k, tok] for r, t in enumerate(targets) for k, tok in enumerate(t)]
     return -torch.stack(picked).sum() / len(picked)

@@ -15,7 +15,7 @@ measured win: 1.6-2.1x on GSM8K zero-shot) and off elsewhere, a fixed rule per h
 timing could flip between runs and, with it, a greedy near-tie). ``ENABLED = True`` / ``False``
 forces it (the benchmarks' A/B and ablation).
 
-Used by ``engine.generate`` on CPU float32 weights only: GPUs' small-row kernels are not slow, and
+Used by ``generation.generate`` on CPU float32 weights only: GPUs' small-row kernels are not slow, and
 other CPU dtypes are unmeasured.
 """
 

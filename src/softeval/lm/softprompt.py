@@ -193,15 +193,6 @@ def _embed_ids(embed: torch.nn.Module, ids: list[int]) -> torch.Tensor:
         return embed(torch.tensor(ids, device=embed.weight.device)).float().cpu()
 
 
-def build_inputs(lm, seqs: list[list[int]], soft: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """Left-padded model inputs for token sequences, with the soft prompt (if any) before each one.
-
-    Returns ``inputs_embeds`` [B, T, H], ``attention_mask`` [B, T] and ``position_ids`` [B, T]
-    (positions count only attended tokens, so pads shift nothing). See ``layout_inputs``.
-    """
-    return layout_inputs(lm, seqs, soft)
-
-
 def layout_inputs(lm, seqs, soft: torch.Tensor | None = None,
                   past_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The one input layout: ``[pads][soft prompt][tokens]`` per row, attention mask 0 on the pads,

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from softeval.lm import engine
+from softeval.lm import generation, loglik, memory
 from softeval.tasks.data import seeded_subset
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
@@ -186,7 +186,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
                     on_skip(method)
                 continue
             results.append(run_method(job, method, folder, identity))
-            engine.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
+            memory.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
     return results
 
 
@@ -307,13 +307,13 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                 for slot, k in enumerate(indices):
                     scores[k] = [float(logprobs[slot, o[0]]) for o in options[chunk[k]]]
 
-            hit: list[bool] = []
-            texts = engine.generate(lm, [prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
-                                    stop=task.stop, batch_size=cfg.eval_batch_size,
-                                    on_first_logprobs=keep_first if single else None,
-                                    progress=lambda n: bar.advance(bar_id, n), hit_limit=hit)
+            gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
+                                      stop=task.stop, batch_size=cfg.eval_batch_size,
+                                      on_first_logprobs=keep_first if single else None,
+                                      progress=lambda n: bar.advance(bar_id, n))
+            texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:
-                multi = engine.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
+                multi = loglik.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
                                                batch_size=cfg.eval_batch_size)
                 scores = dict(enumerate(multi))
             examples = [job.items[i] for i in chunk]
@@ -335,7 +335,7 @@ def cloze_scores(job: Job, method: str, examples: list, soft) -> list[list[float
     method's own context (its shots, its soft prompt); each item's context runs once for all its
     options."""
     pairs = [job.prompter.cloze_ids(e, method) for e in examples]
-    return engine.option_logprobs(job.lm, [c for c, _ in pairs], [o for _, o in pairs], soft=soft,
+    return loglik.option_logprobs(job.lm, [c for c, _ in pairs], [o for _, o in pairs], soft=soft,
                                   batch_size=job.config.eval_batch_size)
 
 
@@ -346,7 +346,7 @@ def permutation_picks(job: Job, method: str, examples: list, soft) -> list[list[
     orders = [permutations_for(len(e.options), k, e.id) for e in examples]
     flat = [(n, order) for n, item_orders in enumerate(orders) for order in item_orders]
     shown = [permuted(examples[n], order) for n, order in flat]
-    scores = engine.option_logprobs(job.lm, [prompter.ids(e, method) for e in shown],
+    scores = loglik.option_logprobs(job.lm, [prompter.ids(e, method) for e in shown],
                                     [prompter.option_ids(e) for e in shown], soft=soft,
                                     batch_size=job.config.eval_batch_size)
     picks: list[list[str]] = [[] for _ in examples]

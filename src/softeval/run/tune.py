@@ -14,17 +14,18 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from softeval.store import checkpoint as ckpt
-from softeval.lm import engine
+from softeval.lm import generation, tuning_loss
+from softeval.lm.softprompt import SoftPrompt
 from softeval.metrics import first_step_reaching
 from softeval.run.config import RunConfig
 from softeval.run.scoring import score_output
-from softeval.lm.softprompt import SoftPrompt
+from softeval.store import checkpoint as ckpt
 from softeval.tasks.base import Example
 
 
@@ -120,6 +121,28 @@ def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[i
     return out
 
 
+def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,
+                   seed: int = 0) -> list[list[int]]:
+    """Regroup a seeded batch plan by length, ``window`` consecutive steps at a time.
+
+    The items of each window (the same items, drawn by the same seeded shuffle) are sorted by
+    length and cut into batches of the original sizes, so each batch pads less; the batches of a
+    window are then put in a seeded order. Deterministic for a given plan, lengths and seed."""
+    if window <= 1:
+        return [list(b) for b in plan]
+    out: list[list[int]] = []
+    for start in range(0, len(plan), window):
+        chunk = [list(b) for b in plan[start:start + window]]
+        items = sorted((i for b in chunk for i in b), key=lambda i: (-lengths(i), i))
+        regrouped, at = [], 0
+        for b in chunk:
+            regrouped.append(items[at:at + len(b)])
+            at += len(b)
+        random.Random(seed * 1_000_003 + start).shuffle(regrouped)
+        out.extend(regrouped)
+    return out
+
+
 # The held-out slice is a random draw of lengths (MMLU: 99 to 555 tokens), generated in batches of
 # similar length rather than padded to its longest prompt (2.6x the real tokens in one batch of 16).
 CURVE_MAX_PADDING = 1.25
@@ -130,14 +153,13 @@ def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_si
     task = prompter.task
     prompts = [prompter.ids(e, "soft-prompt") for e in items]
     targets = [prompter.target_ids(e) for e in items] if held_out_loss else None
-    nll: list[float] = []
-    outputs = engine.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                              batch_size=batch_size, targets=targets, target_nll=nll, max_padding=CURVE_MAX_PADDING)
-    scored = [score_output(task, e, o) for e, o in zip(items, outputs)]
+    gen = generation.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                              batch_size=batch_size, targets=targets, max_padding=CURVE_MAX_PADDING)
+    scored = [score_output(task, e, o) for e, o in zip(items, gen.texts)]
     point = {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
              "accuracy": sum(s["correct"] for s in scored) / len(scored)}
-    if targets is not None:  # the mean target cross-entropy (engine.target_loss_value), from the same prefill
-        point["held_out_loss"] = sum(nll) / max(1, sum(map(len, targets)))
+    if targets is not None:  # the mean target cross-entropy (tuning_loss.target_loss_value), from the same prefill
+        point["held_out_loss"] = sum(gen.target_nll) / max(1, sum(map(len, targets)))
     return point
 
 
@@ -160,8 +182,8 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
     if config.length_group > 1:
         for i in {i for b in plan for i in b}:
             prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
-        plan = engine.length_grouped(plan, lambda i: len(prompts[i][0]) + len(prompts[i][1]),
-                                     config.length_group, config.seed)
+        plan = length_grouped(plan, lambda i: len(prompts[i][0]) + len(prompts[i][1]),
+                              config.length_group, config.seed)
     curve: list[dict] = []
     step, last_loss, stopped, early = 0, None, None, None
     earlier_seconds, resumed_at = 0.0, []
@@ -183,8 +205,8 @@ def tune(lm, prompter, train: list[Example], curve_items: list[Example], config:
                 prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
         previous = soft.weight.detach().clone()
         optimizer.zero_grad(set_to_none=True)
-        loss = engine.target_loss_backward(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
-                                           soft.weight, config.pass_tokens or None)
+        loss = tuning_loss.target_loss_backward(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
+                                                soft.weight, config.pass_tokens or None)
         if not math.isfinite(loss):
             stopped = f"loss became {loss} at step {step + 1}; kept the soft prompt of step {step}"
             break

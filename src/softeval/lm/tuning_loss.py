@@ -1,0 +1,116 @@
+"""The tuning loss on a frozen model: mean cross-entropy over target tokens only, gradients to the
+soft prompt.
+
+- the vocabulary head runs only at the positions that predict a target token (gathered across
+  rows), not on rows x longest target: GSM8K and MATH targets range from a few to hundreds of
+  tokens, and a big-vocabulary head costs more per position than the rest of a small model.
+- a batch is split into forward passes that fit a memory budget (shortest rows together) whose
+  gradients accumulate: the same gradient as one pass, a fraction of the memory.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+
+import torch
+
+from softeval.lm.batching import tuning_passes
+from softeval.lm.loglik import continuation_logprobs
+from softeval.lm.memory import tuning_pass_tokens
+from softeval.lm.softprompt import layout_inputs
+
+
+def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
+    flowing to the soft prompt. The vocabulary head runs only at the positions that predict a target
+    token (``target_head``); a model whose head cannot be run apart from its body gets the head on
+    the last max(len(target))+1 positions of every row instead."""
+    seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
+    n_targets = sum(len(t) for t in targets)
+    head = target_head(lm)
+    if head is None:
+        per_token = continuation_logprobs(lm, seqs, targets, soft)
+        return -torch.cat(per_token).sum() / n_targets
+    hidden = lm.model.get_decoder()(**layout_inputs(lm, seqs, soft)).last_hidden_state
+    width = hidden.shape[1]  # left padded: every row ends at the last position
+    rows = torch.cat([torch.full((len(t),), r) for r, t in enumerate(targets)]).to(hidden.device)
+    cols = torch.cat([torch.arange(width - 1 - len(t), width - 1) for t in targets]).to(hidden.device)
+    logits = head(hidden[rows, cols])
+    labels = torch.tensor([tok for t in targets for tok in t], device=logits.device)
+    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_targets
+
+
+_TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def target_head(lm) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The model's vocabulary head as a function of final hidden states, or None where running it
+    apart from the body does not give the model's own logits.
+
+    Tuning needs logits only where a target token is predicted; with the head applied after
+    gathering those positions, a batch of long and short targets (GSM8K, MATH solutions) costs the
+    head's compute on its target tokens only, not rows x longest target. The head is the output
+    embedding plus the final-logit soft-capping some models have (Gemma 2); any other model-specific
+    step (a logit scale) is caught by comparing, once per model, against the model's own logits on a
+    short input, and then the plain path is used."""
+    model = lm.model
+    if model not in _TARGET_HEADS:
+        _TARGET_HEADS[model] = _checked_head(lm)
+    return _TARGET_HEADS[model]
+
+
+def _checked_head(lm):
+    model = lm.model
+    try:
+        decoder, out_embed = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or out_embed is None or decoder is model:
+        return None
+    cfg = getattr(model.config, "text_config", model.config)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        logits = out_embed(hidden)
+        return logits if not cap else torch.tanh(logits / cap) * cap
+
+    probe = layout_inputs(lm, [list(range(min(8, out_embed.weight.shape[0])))], None)
+    try:
+        with torch.no_grad():
+            mine = head(decoder(**probe).last_hidden_state).float()
+            theirs = model(**probe).logits.float()
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None
+    same = mine.shape == theirs.shape and torch.allclose(mine, theirs, rtol=1e-3, atol=1e-3 * float(theirs.abs().max()))
+    return head if same else None
+
+
+def target_loss_backward(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor,
+                         max_pass_tokens: int | None = None) -> float:
+    """``target_loss(...).backward()`` done in several forward/backward passes that each fit the
+    memory budget: gradients accumulate into ``soft.grad`` and equal those of the whole batch at
+    once (each pass is weighted by its share of the batch's target tokens). Returns the loss."""
+    loss = 0.0
+    for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
+        part.backward()
+        loss += float(part.detach())
+    return loss
+
+
+@torch.no_grad()
+def target_loss_value(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor | None,
+                      max_pass_tokens: int | None = None) -> float:
+    """The mean target cross-entropy of ``target_loss`` without gradients, in passes that fit memory
+    (the held-out loss of a tuning curve point)."""
+    return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens))
+
+
+def _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
+    """``target_loss`` of each pass of a batch, weighted by its share of the batch's target tokens
+    (the parts sum to the loss of the whole batch)."""
+    budget = max_pass_tokens or tuning_pass_tokens(lm)
+    total = sum(len(t) for t in targets)
+    for rows in tuning_passes([len(p) + len(t) for p, t in zip(prompts, targets)], budget):
+        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft)
+        yield part * (sum(len(targets[r]) for r in rows) / total)
