@@ -39,13 +39,13 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 import torch
 
 from softeval.lm import loglik
-from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
 from softeval.run.pipeline import ITEM_SEED
 from softeval.run.prompting import Prompter, use_chat_template
 from softeval.run.scoring import add_cloze, add_letter_loglik
 from softeval.tasks import get_task
 from softeval.tasks.base import LETTERS
+from softeval.tasks.data import seeded_subset
 
 
 def log(*a) -> None:

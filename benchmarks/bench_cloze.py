@@ -25,10 +25,10 @@ import torch
 
 def one(args) -> dict:
     from softeval.lm import loglik
-    from softeval.tasks.data import seeded_subset
     from softeval.lm.models import load_model
     from softeval.run.prompting import Prompter, pick_shots, use_chat_template
     from softeval.tasks import get_task
+    from softeval.tasks.data import seeded_subset
 
     torch.set_num_threads(args.threads)
     loglik.BLOCK_OPTIONS = args.layout == "block"

@@ -14,13 +14,11 @@ import time
 
 import torch
 
-from softeval.lm import generation
-
-from softeval.lm import skinny
-from softeval.tasks.data import seeded_subset
+from softeval.lm import generation, skinny
 from softeval.lm.models import load_model
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
 
 SECTIONS = (("gsm8k", 8, "zero-shot"), ("mmlu", 24, "zero-shot"), ("gsm8k", 8, "few-shot"))
 

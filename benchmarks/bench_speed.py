@@ -41,18 +41,16 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
-from softeval.lm import batching, generation, kv_cache, loglik, memory, tuning_loss
-
-from softeval.lm import skinny
-from softeval.tasks.data import seeded_subset
+from softeval.lm import batching, generation, kv_cache, loglik, memory, skinny, tuning_loss
 from softeval.lm.models import load_model
 from softeval.lm.perf import Shape, matmul_peak, tuning_step_flops
+from softeval.lm.softprompt import SoftPrompt
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.run.scoring import score_output
-from softeval.lm.softprompt import SoftPrompt
-from softeval.tasks import get_task
 from softeval.run.tune import batches as tune_batches
 from softeval.run.tune import length_grouped
+from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
 
 MODES = {
     # One rule for both modes: the same sections, items, item counts per call, seeded plans and

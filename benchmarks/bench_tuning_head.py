@@ -32,9 +32,9 @@ import torch
 from rich.console import Console
 
 from softeval.lm import batching, memory, tuning_loss
+from softeval.lm.softprompt import SoftPrompt
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import Job
-from softeval.lm.softprompt import SoftPrompt
 from softeval.run.tune import batches
 
 

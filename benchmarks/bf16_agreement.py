@@ -15,10 +15,10 @@ import sys
 import torch
 
 from softeval.lm import generation, loglik
-from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
 from softeval.run.prompting import Prompter, use_chat_template
 from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
 
 
 class Fp32Head(torch.nn.Module):

@@ -15,8 +15,8 @@ import torch
 
 from softeval.lm.models import load_model
 from softeval.run.prompting import Prompter, use_chat_template
-from softeval.tasks import get_task
 from softeval.run.tune import TuneConfig, tune
+from softeval.tasks import get_task
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from softeval.tasks.data import seeded_subset
 from softeval.run.prompting import pick_shots
 from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
 
 OUT = Path(__file__).with_name("check_assets")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -22,12 +22,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from softeval.lm import batching, generation, memory, tuning_loss
-from softeval.tasks.data import seeded_subset
 from softeval.lm.models import load_model
-from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.lm.softprompt import SoftPrompt
-from softeval.tasks import get_task
+from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.run.tune import batches
+from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
 
 GROUPS = (
     ("matmul", ("aten::mm", "aten::bmm", "aten::addmm", "aten::linear", "aten::matmul", "aten::_mkl", "mkldnn")),

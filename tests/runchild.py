@@ -24,18 +24,10 @@ import torch  # noqa: E402
 from tiny import format_task, tiny_lm  # noqa: E402
 
 from softeval import tasks  # noqa: E402
-
 from softeval.cli import app as cli
-
-from softeval.lm import generation, tuning_loss
-
-from softeval.store import index
-
-from softeval.lm import models
-
+from softeval.lm import generation, models, tuning_loss
 from softeval.run import pipeline
-
-from softeval.store import runs
+from softeval.store import index, runs
 
 torch.set_num_threads(1)
 SAVE_EVERY = 4  # scoring chunk: small, so a run has several chunks to be killed between

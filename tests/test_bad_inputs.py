@@ -15,13 +15,11 @@ from hypothesis import strategies as st
 from tiny import format_task
 
 from softeval import tasks
-
 from softeval.cli import app as cli
-
-from softeval.run import pipeline
-from softeval.tasks.data import read_local
 from softeval.errors import UserError, print_error
+from softeval.run import pipeline
 from softeval.tasks.custom import load_task_file
+from softeval.tasks.data import read_local
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -12,10 +12,10 @@ import pytest
 from runfactory import write_run
 from scipy import stats
 
-from softeval.cli import analysis as cli_analysis
 from softeval.analysis.compare import compare_runs, load_runs, parse_pairs
-from softeval.errors import UserError
 from softeval.analysis.ranking_stats import batched_rank_correlations
+from softeval.cli import analysis as cli_analysis
+from softeval.errors import UserError
 
 PAIRS = [("base-1", "post-1"), ("base-2", "post-2"), ("base-3", "post-3"), ("base-4", "post-4")]
 

@@ -12,7 +12,6 @@ import pytest
 from runfactory import demo_runs, outcomes, write_run
 
 from softeval.cli import app as cli
-
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, scan
 

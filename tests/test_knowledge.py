@@ -16,19 +16,16 @@ from scipy.stats import binomtest
 from tiny import tiny_lm
 
 from softeval import tasks
-
-from softeval.cli import analysis as cli_analysis
-
-from softeval.lm import batching, generation, loglik
-
-from softeval.store import index
-from softeval.store.format import INDEX_FILE
 from softeval.analysis.compare import compare_runs, load_runs, paired_method_tests
-from softeval.diagnosis import CAUSES, failure_cause
 from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
+from softeval.cli import analysis as cli_analysis
+from softeval.diagnosis import CAUSES, failure_cause
+from softeval.lm import batching, generation, loglik
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
 from softeval.run.scoring import permutations_for, score_output
+from softeval.store import index
+from softeval.store.format import INDEX_FILE
 from softeval.tasks.base import (
     LETTERS,
     Example,

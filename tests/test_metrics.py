@@ -55,13 +55,11 @@ def test_methods_and_metrics_are_one_list_each():
     """Issue 11, one source of truth: the CLI, the index, compare, the report and the prompts use
     protocol.METHODS and protocol.METRICS, not copies."""
     from softeval import protocol
-    from softeval.cli import app as cli
-    from softeval.analysis import compare
-    from softeval.store import format, index
-    from softeval.run import pipeline
-    from softeval.run import prompting
-    from softeval.analysis import report
+    from softeval.analysis import compare, report
     from softeval.analysis import plots as report_plots
+    from softeval.cli import app as cli
+    from softeval.run import pipeline, prompting
+    from softeval.store import format, index
 
     for module in (format, prompting, pipeline, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS

@@ -154,9 +154,9 @@ def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, caps
     """Issue 11 item 7: a kind guessed from the name as base while the tokenizer has a chat template is
     said once, with the --kind fix; the kind's source shows in `softeval runs` and the report."""
     from softeval import metrics
-    from softeval.store import index
-    from softeval.run import pipeline
     from softeval.lm.models import BASE
+    from softeval.run import pipeline
+    from softeval.store import index
 
     lm = tiny_lm()
     lm.kind, lm.kind_source = BASE, "guessed from name"

@@ -7,9 +7,8 @@ import pytest
 from tiny import format_task, tiny_lm, toy_config
 
 from softeval import tasks
-
-from softeval.run import pipeline
 from softeval.errors import UserError
+from softeval.run import pipeline
 from softeval.run.pipeline import run_job
 
 

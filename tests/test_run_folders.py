@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tiny import tiny_lm
 
-from softeval.store import index
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
+from softeval.store import index
 from softeval.store.format import folder_name
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"

@@ -58,7 +58,6 @@ def test_matcher_past_its_time_limit_marks_the_item_unscorable(monkeypatch, tmp_
     from tiny import tiny_lm
 
     from softeval.run.config import RunConfig
-
     from softeval.run.pipeline import run_job
 
     task = format_task()

@@ -8,9 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import tiny_lm
 
-from softeval.lm import generation
-
-from softeval.lm import skinny
+from softeval.lm import generation, skinny
 
 
 @settings(max_examples=60, deadline=None)

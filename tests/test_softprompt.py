@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from softeval.lm import generation, tuning_loss
 from softeval.errors import UserError
+from softeval.lm import generation, tuning_loss
 from softeval.lm.softprompt import SoftPrompt, layout_inputs
 
 

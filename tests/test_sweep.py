@@ -19,10 +19,9 @@ import yaml
 from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 
 from softeval.cli import app as cli
-
-from softeval.store import index
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
+from softeval.store import index
 from softeval.sweep.driver import run_sweep
 from softeval.sweep.file import load_sweep
 
@@ -497,8 +496,8 @@ def test_a_model_that_fails_to_load_is_logged_once_and_not_loaded_again_for_each
 def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     """A run found finished inside a sweep job says how a sweep user redoes it (a sweep has no --force),
     and a user error reaches the sweep table whole (its fix is at the end); a foreign error is cut."""
-    from softeval.run import pipeline
     from softeval.errors import UserError
+    from softeval.run import pipeline
     from softeval.sweep.worker import FOREIGN_ERROR_CHARS, SweepWorker, error_line
 
     monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())

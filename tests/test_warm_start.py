@@ -10,8 +10,8 @@ from tiny import tiny_lm, toy_config
 
 from softeval.cli.app import main
 from softeval.errors import UserError
-from softeval.run.pipeline import run_job
 from softeval.lm.softprompt import SoftPrompt, adapter_digest
+from softeval.run.pipeline import run_job
 
 
 def _config(out, **kw):

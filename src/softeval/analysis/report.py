@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from softeval.analysis import plots
-from softeval.analysis.compare import Comparison, Correlation, PairedRow, compare_runs, load_runs, paired_method_tests
+from softeval.analysis.compare import (
+    Comparison,
+    Correlation,
+    PairedRow,
+    compare_runs,
+    load_runs,
+    paired_method_tests,
+)
 from softeval.analysis.report_series import series_section
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError

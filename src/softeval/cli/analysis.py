@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval.store import index
 from softeval.analysis.compare import (
     PER_ITEM,
     POST_METHODS,
@@ -30,6 +29,7 @@ from softeval.analysis.compare import (
 from softeval.consoles import table_console
 from softeval.errors import UserError
 from softeval.metrics import LEGACY_METRICS, kind_label
+from softeval.store import index
 from softeval.store.format import INDEX_FILE
 
 DEFAULT_RUNS = "runs"
@@ -176,7 +176,8 @@ def _p(value: float | None) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from softeval.analysis.report import build_report  # matplotlib is slow to import; only this command needs it
+    # lazy: the report imports matplotlib, slow to import; only this command needs it
+    from softeval.analysis.report import build_report
 
     out = _runs_dir(args)
     pairs = parse_pairs(args.pair) if args.pair else None

@@ -22,17 +22,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from softeval.lm import generation, loglik, memory
-from softeval.tasks.data import seeded_subset
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
-from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER
-from softeval.store.locking import describe
-from softeval.metrics import aggregate, answer_counts
+from softeval.lm import generation, loglik, memory
 from softeval.lm.models import BASE, load_model
+from softeval.lm.softprompt import SoftPrompt, init_record
+from softeval.metrics import aggregate, answer_counts
 from softeval.run.config import RunConfig
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
-from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, now, versions
 from softeval.run.scoring import (
     add_cloze,
     add_letter_loglik,
@@ -41,11 +38,14 @@ from softeval.run.scoring import (
     permuted,
     score_output,
 )
-from softeval.lm.softprompt import SoftPrompt, init_record
-from softeval.tasks import get_task
-from softeval.tasks.base import LETTERS
 from softeval.run.tune import TuneConfig, tune
 from softeval.run.validate import check_config
+from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER
+from softeval.store.locking import describe
+from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, now, versions
+from softeval.tasks import get_task
+from softeval.tasks.base import LETTERS
+from softeval.tasks.data import seeded_subset
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
 

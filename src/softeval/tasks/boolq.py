@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 
-from softeval.tasks.data import require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     Example,
@@ -21,6 +20,7 @@ from softeval.tasks.base import (
     offline_held_out,
     source_loader,
 )
+from softeval.tasks.data import require_fields
 
 OFFLINE_FILE = "hf_datasets/boolq/none/validation/data-00000-of-00001.arrow"
 HUB = "google/boolq"

@@ -18,7 +18,6 @@ import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
-from softeval.tasks.data import convert_rows, held_out_split, read_local, require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     LETTERS,
@@ -33,6 +32,7 @@ from softeval.tasks.base import (
     normalize_number,
     strict_letter,
 )
+from softeval.tasks.data import convert_rows, held_out_split, read_local, require_fields
 from softeval.tasks.gsm8k import lenient as lenient_last_number
 from softeval.tasks.qa import f1_max, lenient_contains, match_any
 

