@@ -25,8 +25,8 @@ from tiny import format_task, tiny_lm  # noqa: E402
 
 from softeval import tasks  # noqa: E402
 from softeval.cli import app as cli
-from softeval.lm import generation, models, tuning_loss
-from softeval.run import pipeline
+from softeval.lm import generation, tuning_loss
+from softeval.run import pipeline, validate
 from softeval.store import index, runs
 
 torch.set_num_threads(1)
@@ -95,7 +95,7 @@ def main() -> int:
     task = format_task()
     tasks.TASKS[task.name] = task
     pipeline.load_model = lambda name, **kw: tiny_lm()
-    models.check_model_name = lambda name: None  # 'tiny-0' is no preset, folder or hub id
+    validate.check_model_name = lambda name: None  # 'tiny-0' is no preset, folder or hub id
     pipeline.SAVE_EVERY = SAVE_EVERY
     install(hook)
     return cli.main(argv)

@@ -58,10 +58,10 @@ def test_methods_and_metrics_are_one_list_each():
     from softeval.analysis import compare, report
     from softeval.analysis import plots as report_plots
     from softeval.cli import app as cli
-    from softeval.run import pipeline, prompting
+    from softeval.run import config, validate
     from softeval.store import format, index
 
-    for module in (format, prompting, pipeline, compare, report, report_plots):
+    for module in (format, validate, config, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS
     for module in (index, report, cli):
         assert module.METRICS is protocol.METRICS

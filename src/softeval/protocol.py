@@ -3,6 +3,13 @@ the report: the methods every task is scored with, and the metrics a run reports
 
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
 
+# What a model is: pre-trained only, or post-trained (instruction-tuned, chat); `--kind`, a sweep file's `kind`.
+BASE, POST_TRAINED = "base", "post-trained"
+KINDS = (BASE, POST_TRAINED)
+
+# `--chat-template`: auto (on for a post-trained model whose tokenizer has a template), on, off.
+CHAT_TEMPLATES = ("auto", "on", "off")
+
 # Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only; the
 # letter and cloze log-likelihoods: multiple choice; the last two: with --permutations).
 METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "letter_loglik_accuracy",

@@ -21,10 +21,9 @@ import torch
 from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.packaged import package_dir, require_package_dir
+from softeval.protocol import BASE, KINDS, POST_TRAINED
 
 MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
-
-BASE, POST_TRAINED = "base", "post-trained"
 
 
 @dataclass(frozen=True)
@@ -354,8 +353,8 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
         model_kind, kind_source = (kind, "flag") if kind else (preset.kind, "preset")
     else:
         model_kind, kind_source = (kind, "flag") if kind else (guess_kind(name), "guessed from name")
-    if model_kind not in (BASE, POST_TRAINED):
-        raise UserError(f"unknown model kind {model_kind!r}: use base or post-trained")
+    if model_kind not in KINDS:
+        raise UserError(f"unknown model kind {model_kind!r}: use {' or '.join(KINDS)}")
     eos = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))

