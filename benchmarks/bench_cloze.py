@@ -6,7 +6,7 @@ after the item's cloze prompt, under the method's context) on seeded test items,
 block-causal mask) and off (one row per option, each with a copy of its item's cache rows). Each
 layout runs in a process of its own, alternating over ``--rounds``, so the peak RSS of each is its
 own; prints the time and peak RSS of each run, the largest score difference and whether every
-item picks the same option. BENCHMARKS.md, "Session 10".
+item picks the same option. BENCHMARKS.md, "The 5-shot cloze no longer copies each item's cache per option".
 
     .venv/bin/python benchmarks/bench_cloze.py --method few-shot --limit 100
 """

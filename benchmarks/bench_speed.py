@@ -57,7 +57,7 @@ MODES = {
     # max_new_tokens; the quick mode is the full mode's first round without the ablations. Item
     # counts per call matter: the few-shot block is computed once per call, so softeval's few-shot
     # advantage grows with the items per call (a real run calls with up to 64); a quick mode with
-    # fewer items per call measured a different ratio (BENCHMARKS.md, session 7).
+    # fewer items per call measured a different ratio (BENCHMARKS.md, "One rule for both modes").
     "quick": {"mmlu": 24, "gsm8k": 8, "loglik": 24, "tune_steps": 4, "group_window": 4, "rounds": 1,
               "tune_ablations": False, "ablation": ()},
     # full: 3 interleaved rounds (each ratio with its min-max) and the ablations; ~20 min quiet

@@ -406,13 +406,13 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
 
 
 def test_the_example_sweep_parses_and_the_docs_list_every_option():
-    from softeval.sweep.entries import RUN_OPTIONS
+    from softeval.run.config import SWEEP_OPTIONS
 
     root = Path(__file__).parents[1]
     sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
     assert len(sweep.jobs) == 12 and {j.config.task for j in sweep.jobs} == {"mmlu", "arc_easy"}
     docs = (root / "docs" / "sweeps.md").read_text()
-    assert all(f"`{key}`" in docs for key in RUN_OPTIONS)
+    assert all(f"`{key}`" in docs for key in SWEEP_OPTIONS)
 
 
 def test_a_run_another_process_finished_while_the_job_waited_is_reported_skipped_not_done(ray_cluster, assets,

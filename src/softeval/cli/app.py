@@ -20,8 +20,6 @@ from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.pipeline import run_job
 from softeval.tasks import TASKS
 
-METRIC_COLUMNS = METRICS
-
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one plain line on stderr (exit 2), like every other user error."""
@@ -110,7 +108,7 @@ def print_table(results: list[dict]) -> None:
     table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
                         "value [95% Wilson interval]")
     table.add_column("method", no_wrap=True, min_width=11)
-    present = [m for m in METRIC_COLUMNS if any(m in r["metrics"] for r in results)]
+    present = [m for m in METRICS if any(m in r["metrics"] for r in results)]
     for metric in present:
         table.add_column(SHORT[metric], justify="right", min_width=9)
     answers = any(r.get("answers") for r in results)

@@ -26,9 +26,9 @@ from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError
 from softeval.lm import generation, loglik, memory
 from softeval.lm.models import load_model
-from softeval.protocol import BASE
 from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import aggregate, answer_counts
+from softeval.protocol import BASE
 from softeval.run.config import RunConfig
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.run.scoring import (

@@ -22,21 +22,18 @@ from softeval.sweep.series import discover, from_list
 from softeval.tasks import get_task
 from softeval.tasks.custom import is_task_file
 
-# `softeval run` options a sweep file may set (top level, per model or per task): the option table's
-# (run/config.py), which gives each one's type.
-RUN_OPTIONS = SWEEP_OPTIONS
 LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task
-MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *RUN_OPTIONS}
+MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *SWEEP_OPTIONS}
 # A model entry that is a series of checkpoints (softeval.sweep.series): a folder, or an explicit list.
 SERIES_KEYS = {"name", "series", "checkpoints", "warm_start", "warm_steps", "kind", "resources", *LIST_KEYS,
-               *RUN_OPTIONS}
+               *SWEEP_OPTIONS}
 WARM_STARTS = ("previous", "none")
 # A warm-started soft prompt tunes for a third of `steps` (rounded up) unless `warm_steps` says otherwise.
 # Measured on the synthetic trained series (benchmarks/bench_warm_start.py, docs/sweeps.md "Series"):
 # warm starts of 10 steps reached the held-out format and final loss of fresh 30-step starts at every
 # checkpoint; 5 steps reached the format but not the loss.
 WARM_STEPS_FRACTION = 3
-TASK_KEYS = {"name", *LIST_KEYS, *RUN_OPTIONS}
+TASK_KEYS = {"name", *LIST_KEYS, *SWEEP_OPTIONS}
 RESOURCE_KEYS = {"gpus", "cpus", "memory_gb"}
 @dataclass
 class Resources:
@@ -98,7 +95,7 @@ def resolve(here: Path, text: str) -> Path:
 def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
     """The run options and the methods/seeds lists of one level of the file, type-checked."""
     options: dict[str, Any] = {}
-    for key in RUN_OPTIONS:
+    for key in SWEEP_OPTIONS:  # the run options a sweep file may set, typed by the table
         if key not in entry:
             continue
         value, row = entry[key], OPTIONS[key]

@@ -22,13 +22,12 @@ from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.lm.softprompt import ADAPTER_WEIGHTS
 from softeval.protocol import METHODS
-from softeval.run.config import SWEEP_FILE, RunConfig
+from softeval.run.config import SWEEP_FILE, SWEEP_OPTIONS, RunConfig
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
 from softeval.store.format import SOFT_PROMPT_FOLDER
 from softeval.sweep.entries import (
     LIST_KEYS,
-    RUN_OPTIONS,
     WARM_STEPS_FRACTION,
     ModelEntry,
     TaskEntry,
@@ -42,7 +41,7 @@ from softeval.sweep.entries import (
     task_entry,
 )
 
-TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *RUN_OPTIONS}
+TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *SWEEP_OPTIONS}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
 
 
