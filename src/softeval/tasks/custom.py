@@ -18,6 +18,7 @@ import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
+from softeval.checks import is_number, is_whole
 from softeval.errors import UserError
 from softeval.tasks.base import (
     LETTERS,
@@ -100,7 +101,7 @@ def _typed(key: str, value: Any) -> bool:
     if key == "stop":
         return (isinstance(value, str) and bool(value)) or names(value)
     if key == "max_new_tokens":
-        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 32768
+        return is_whole(value) and 1 <= value <= 32768
     return isinstance(value, str)
 
 
@@ -264,17 +265,15 @@ def _split_rule(path: Path, rule: dict) -> tuple[int, int | None, float | None]:
     """``split``: (seed, n_tune, fraction), each checked for its type and range."""
     if set(rule) - {"seed", "n_tune", "fraction"}:
         raise _fail(path, "split must be a mapping with seed and n_tune or fraction")
-    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
     seed = rule.get("seed", DEFAULT_SEED)
-    if not whole(seed):
+    if not is_whole(seed):
         raise _fail(path, f"split.seed must be a whole number, not {seed!r}")
     if "n_tune" in rule and "fraction" in rule:
         raise _fail(path, "split: give n_tune or fraction, not both")
     n_tune, fraction = rule.get("n_tune"), rule.get("fraction")
-    if n_tune is not None and (not whole(n_tune) or n_tune < 1):
+    if n_tune is not None and (not is_whole(n_tune) or n_tune < 1):
         raise _fail(path, f"split.n_tune must be a whole number of at least 1, not {n_tune!r}")
-    if fraction is not None and (not isinstance(fraction, (int, float)) or isinstance(fraction, bool)
-                                 or not 0 < fraction < 1):
+    if fraction is not None and (not is_number(fraction) or not 0 < fraction < 1):
         raise _fail(path, f"split.fraction must be between 0 and 1, not {fraction!r}")
     return seed, n_tune, fraction
 
