@@ -1,0 +1,64 @@
+"""The option table (run/config.py) is the one source of the flags, the sweep keys, the checks and
+the tuning defaults: a default, range or choice written there is what every front end applies."""
+
+import argparse
+from dataclasses import fields
+
+import pytest
+
+from softeval.cli import app
+from softeval.errors import UserError
+from softeval.run.config import COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig
+from softeval.run.tune import TuneConfig
+from softeval.run.validate import check_config
+from softeval.sweep.entries import MODEL_KEYS, TASK_KEYS
+
+
+def subcommand(name: str) -> argparse.ArgumentParser:
+    actions = app.build_parser()._actions
+    return next(a for a in actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+@pytest.mark.parametrize("command, groups", [("run", (COMMON, TUNING)), ("tune", (COMMON, TUNING)),
+                                             ("eval", (COMMON, EVAL))])
+def test_every_flag_is_its_table_row(command, groups):
+    flags = {a.dest: a for a in subcommand(command)._actions if a.dest in OPTIONS}
+    assert set(flags) == {k for k, o in OPTIONS.items() if o.where in groups}
+    for key, action in flags.items():
+        row = OPTIONS[key]
+        assert action.option_strings[0] == row.flag
+        assert action.required == row.required
+        if not row.required:
+            assert action.default == row.default and action.default == getattr(RunConfig, key)
+        assert (tuple(action.choices) if action.choices else None) == row.choices
+
+
+def test_sweep_keys_and_tuning_defaults_come_from_the_table():
+    assert set(SWEEP_OPTIONS) <= MODEL_KEYS and set(SWEEP_OPTIONS) <= TASK_KEYS
+    assert {"model", "task", "out", "force", "seed", "soft_prompt", "kind"}.isdisjoint(SWEEP_OPTIONS)
+    run = RunConfig(model="m", task="t")
+    tuned = TuneConfig.of(run)
+    assert tuned == TuneConfig()  # TuneConfig's defaults are RunConfig's
+    assert (tuned.num_tokens, tuned.steps, tuned.early_stop) == (run.tokens, run.steps, run.early_stop)
+    assert [f.name for f in fields(RunConfig)][:2] == ["model", "task"]
+    with pytest.raises(TypeError):
+        RunConfig()  # model and task have no default
+
+
+@pytest.mark.parametrize("key, bad, command_line, sweep_file", [
+    ("steps", 0, "--steps must be between 1 and 1000000, not 0", "'steps' must be between 1 and 1000000, not 0"),
+    ("lr", -1.0, "--lr must be a positive finite number", "'lr' must be a positive finite number"),
+    ("chat_template", "x", "unknown --chat-template 'x': use auto, on or off",
+     "unknown 'chat_template' 'x': use auto, on or off"),
+    ("init", "from:/nowhere", "--init from:/nowhere: no such folder", "init: from:/nowhere: no such folder"),
+])
+def test_a_bad_value_is_named_as_the_user_wrote_it(tmp_path, key, bad, command_line, sweep_file):
+    from dataclasses import replace
+
+    from softeval.run.config import SWEEP_FILE
+
+    config = replace(RunConfig(model="smollm2-135m-instruct", task="mmlu", out=str(tmp_path)), **{key: bad})
+    with pytest.raises(UserError, match=f"^{command_line}"):
+        check_config(config)
+    with pytest.raises(UserError, match=f"^{sweep_file}"):
+        check_config(config, name=SWEEP_FILE, on_worker=("device", "out"))
