@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 from tiny import format_task, tiny_lm  # noqa: E402
 
-from softeval import tasks  # noqa: E402
-from softeval.cli import app as cli
+from softeval import (
+    cli,
+    tasks,  # noqa: E402
+)
 from softeval.lm import generation, tuning_loss
 from softeval.run import pipeline, validate
 from softeval.store import index, runs

@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny import format_task
 
-from softeval import tasks
-from softeval.cli import app as cli
+from softeval import cli, tasks
 from softeval.errors import UserError, print_error
 from softeval.run import pipeline
 from softeval.tasks.custom import load_task_file

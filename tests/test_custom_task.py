@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from softeval.cli import app as cli
+from softeval.cli import app
 from softeval.errors import UserError
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
@@ -200,10 +200,10 @@ def test_bad_rows_error_or_counted_skip(tmp_path):
 
 
 def test_cli_flag_reaches_the_run_config():
-    args = cli.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml", "--skip-bad-rows"])
-    assert cli._config(args, ("zero-shot",)).skip_bad_rows is True
-    args = cli.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml"])
-    assert cli._config(args, ("zero-shot",)).skip_bad_rows is False
+    args = app.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml", "--skip-bad-rows"])
+    assert app._config(args, ("zero-shot",)).skip_bad_rows is True
+    args = app.build_parser().parse_args(["run", "--model", "m", "--task", "t.yaml"])
+    assert app._config(args, ("zero-shot",)).skip_bad_rows is False
 
 
 def test_custom_multiple_choice_matches_every_letter(tmp_path):

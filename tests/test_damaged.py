@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runfactory import demo_runs, outcomes, write_run
 
-from softeval.cli import app as cli
+from softeval import cli
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, scan
 

@@ -275,7 +275,7 @@ def test_permutations_are_seeded_distinct_and_never_the_original():
 
 
 def test_permutations_are_a_clear_error_below_zero():
-    from softeval.cli import app as cli
+    from softeval import cli
 
     assert cli.main(["eval", "--model", "tiny", "--task", "mmlu", "--permutations", "-1"]) == 2
 

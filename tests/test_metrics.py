@@ -57,14 +57,14 @@ def test_methods_and_metrics_are_one_list_each():
     from softeval import protocol
     from softeval.analysis import compare, report
     from softeval.analysis import plots as report_plots
-    from softeval.cli import app as cli
+    from softeval.cli import app
     from softeval.run import config, validate
     from softeval.store import format, index
 
     for module in (format, validate, config, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS
-    for module in (index, report, cli):
+    for module in (index, report, app):
         assert module.METRICS is protocol.METRICS
     assert compare.POST_METHODS[:-1] == protocol.METHODS
     assert set(compare.PER_ITEM) <= set(protocol.METRICS)
-    assert cli.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(protocol.METHODS)
+    assert app.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(protocol.METHODS)

@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 from tiny import tiny_lm, toy_config
 
-from softeval.cli import app as cli
+from softeval import cli
 from softeval.errors import UserError
 from softeval.run.pipeline import run_job
 

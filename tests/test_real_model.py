@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import plain_target_loss
 
-from softeval.cli import app as cli
+from softeval import cli
 from softeval.lm import loglik, tuning_loss
 from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.packaged import package_dir

@@ -76,9 +76,9 @@ def test_every_run_option_says_what_it_does_and_its_default():
     text at all, and --seed, --curve-every, --curve-items, --method did not say their defaults."""
     import argparse
 
-    from softeval.cli import app as cli
+    from softeval.cli import app
 
-    run = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    run = next(a for a in app.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
     for action in run._actions:
         if action.dest == "help":
             continue

@@ -162,7 +162,7 @@ def test_an_interrupted_run_with_other_settings_is_dropped_with_a_message(toy, t
 
 
 def test_negative_curve_items_is_refused(toy, tmp_path, capsys):
-    from softeval.cli import app as cli
+    from softeval import cli
 
     code = cli.main(["run", "--model", "tiny-0", "--task", "toyformat", "--curve-items", "-1", "--out", str(tmp_path)])
     assert code == 2 and "--curve-items must be between 0" in capsys.readouterr().err

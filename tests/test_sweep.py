@@ -18,7 +18,7 @@ import torch
 import yaml
 from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 
-from softeval.cli import app as cli
+from softeval import cli
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
 from softeval.store import index
