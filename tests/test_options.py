@@ -62,3 +62,18 @@ def test_a_bad_value_is_named_as_the_user_wrote_it(tmp_path, key, bad, command_l
         check_config(config)
     with pytest.raises(UserError, match=f"^{sweep_file}"):
         check_config(config, name=SWEEP_FILE, on_worker=("device", "out"))
+
+
+def test_track_names_its_flags_and_a_sweep_file_its_keys(tmp_path, capsys):
+    """`softeval track` builds a sweep from flags: its errors name the flag the user typed."""
+    from softeval import cli
+
+    (tmp_path / "s" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "s" / "checkpoint-1" / "config.json").write_text("{}")
+    assert cli.main(["track", str(tmp_path / "s"), "--task", "mmlu", "--steps", "0", "--out",
+                     str(tmp_path / "out"), "--dry-run"]) == 2
+    assert "--steps must be between 1 and 1000000, not 0" in capsys.readouterr().err
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"out: out\nmodels: [{tmp_path / 's' / 'checkpoint-1'}]\ntasks: [mmlu]\nsteps: 0\n")
+    assert cli.main(["sweep", str(sweep), "--dry-run"]) == 2
+    assert "'steps' must be between 1 and 1000000, not 0" in capsys.readouterr().err

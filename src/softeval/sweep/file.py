@@ -22,7 +22,7 @@ from softeval.checks import is_whole
 from softeval.errors import UserError
 from softeval.lm.softprompt import ADAPTER_WEIGHTS
 from softeval.protocol import METHODS
-from softeval.run.config import SWEEP_FILE, SWEEP_OPTIONS, RunConfig
+from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
 from softeval.store.format import SOFT_PROMPT_FOLDER
@@ -162,7 +162,8 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
                     config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed,
                                        out=str(out), kind=model.kind, series=model.series, step=model.step,
                                        **options)
-                    _check_config(config, f"{where}, model {model.label}, task {task.name}")
+                    _check_config(config, f"{where}, model {model.label}, task {task.name}",
+                                  COMMAND_LINE if command == "track" else SWEEP_FILE)
                     job = SweepJob(model, config, len(jobs))
                     if method == "soft-prompt" and model.series is not None:
                         key = (model.series, task.name, seed)
@@ -190,11 +191,12 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
         seen[final] = job
 
 
-def _check_config(config: RunConfig, where: str) -> None:
-    """The checks of `softeval run`, on the driver, naming each option as the file does. The device
-    and the output root are the workers': only the device's name is checked here (the driver of a GPU
-    cluster may have none), and ``out`` is probed from the driver and each worker."""
+def _check_config(config: RunConfig, where: str, name: Spelling) -> None:
+    """The checks of `softeval run`, on the driver, naming each option as the user wrote it (a sweep
+    file's key, or `softeval track`'s flag: ``name``). The device and the output root are the
+    workers': only the device's name is checked here (the driver of a GPU cluster may have none), and
+    ``out`` is probed from the driver and each worker."""
     try:
-        check_config(config, name=SWEEP_FILE, on_worker=("device", "out"))
+        check_config(config, name=name, on_worker=("device", "out"))
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
