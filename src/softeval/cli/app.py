@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _config(args, methods: tuple[str, ...], soft_prompt: str | None = None) -> RunConfig:
     values = {k: getattr(args, k) for k in RunConfig.__dataclass_fields__ if hasattr(args, k)}
     values.update(methods=methods, soft_prompt=soft_prompt)
-    return RunConfig(**values)  # checked by the pipeline before anything loads (softeval.checks)
+    return RunConfig(**values)  # checked by the pipeline before anything loads (run/validate.py)
 
 
 def _methods(text: str) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from softeval.cli.options import add_option
 from softeval.consoles import table_console
 from softeval.errors import UserError
-from softeval.run.config import OPTIONS, RunConfig
+from softeval.run.config import OPTIONS
 from softeval.sweep.driver import plan, run_sweep
 from softeval.sweep.file import parse_sweep
 from softeval.sweep.view import print_plan
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="zero-shot,few-shot,soft-prompt", help="comma-separated methods")
     p.add_argument("--seed", type=int, action="append", default=None, help="seed (repeat for several; default 0)")
     p.add_argument("--name", default=None, help="series name (default: the folder's name)")
-    p.add_argument("--out", default=RunConfig.out, help="output root for run folders (default %(default)s)")
+    add_option(p, OPTIONS["out"])
     p.add_argument("--warm-start", choices=["previous", "none"], default="previous",
                    help="previous (default): tune each checkpoint's soft prompt from the previous checkpoint's")
     p.add_argument("--warm-steps", type=int, default=None,

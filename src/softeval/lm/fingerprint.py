@@ -9,9 +9,11 @@ import functools
 import hashlib
 from pathlib import Path
 
+from softeval.lm.models import MODEL_CONFIG
+
 # The files of a checkpoint folder that loading its model reads (checkpoint_fingerprint): config, weights
 # and their shard indexes, tokenizer. Matched against the names at the folder's top level, lower-cased.
-LOADED_FILES = ("config.json", "generation_config.json",
+LOADED_FILES = (MODEL_CONFIG, "generation_config.json",
                 "*.safetensors", "*.bin", "*.pt", "*.gguf", "*.safetensors.index.json", "*.bin.index.json",
                 "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges.txt", "*.model",
                 "chat_template*")

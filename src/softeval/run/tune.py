@@ -15,7 +15,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -23,7 +23,7 @@ import torch
 from softeval.lm import generation, tuning_loss
 from softeval.lm.softprompt import SoftPrompt
 from softeval.metrics import first_step_reaching
-from softeval.run.config import RunConfig
+from softeval.run.config import OPTIONS, RunConfig
 from softeval.run.scoring import score_output
 from softeval.store import checkpoint as ckpt
 from softeval.tasks.base import Example
@@ -58,10 +58,10 @@ class TuneConfig:
 
     @classmethod
     def of(cls, run: RunConfig) -> TuneConfig:
-        """The tuning options of ``run``."""
-        return cls(num_tokens=run.tokens, init=run.init, steps=run.steps, batch_size=run.batch_size, lr=run.lr,
-                   seed=run.seed, curve_every=run.curve_every, curve_items=run.curve_items,
-                   eval_batch_size=run.eval_batch_size, length_group=run.length_group, early_stop=run.early_stop)
+        """The tuning options of ``run``: each field that is a run option under the same name, and
+        ``num_tokens`` (``tokens``)."""
+        shared = {f.name: getattr(run, f.name) for f in fields(cls) if f.name in OPTIONS}
+        return cls(num_tokens=run.tokens, **shared)
 
 
 @dataclass

@@ -64,8 +64,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     runs, not here (a sweep's driver checks only the device's name and leaves ``out`` to each worker)."""
     check_methods(cfg.methods, name)
     for key in OPTIONS:
-        if key not in ("model", "task"):
-            check_option(key, getattr(cfg, key), name)
+        check_option(key, getattr(cfg, key), name)
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
     if not isinstance(cfg.source, str) or not cfg.source.strip():
         raise UserError(f"{name.key('source')} must be offline, hub or a data file")
