@@ -243,6 +243,14 @@ def item_outcomes(run: Run, metric: str = "accuracy") -> dict[str, bool]:
     return {str(s["id"]): bool(s[num_field]) for s in read_samples(run.path) if s.get(num_field) is not None}
 
 
+def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
+    """Per (task, model, method) the run of the lowest seed: the runs that paired tests compare."""
+    first: dict[tuple[str, str, str], Run] = {}
+    for run in sorted(runs, key=lambda r: r.seed):
+        first.setdefault((run.task, run.model_key, run.method), run)
+    return first
+
+
 def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[PairedTest]:
     """McNemar's exact test and the paired difference, soft-prompt against zero-shot and against
     few-shot, per task and model, on the items both runs scored (one seed each: the lowest; a
@@ -250,9 +258,7 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[Paire
     metric = metric_name(metric)
     if metric not in PER_ITEM:
         raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
-    first: dict[tuple[str, str, str], Run] = {}
-    for run in sorted(runs, key=lambda r: r.seed):
-        first.setdefault((run.task, run.model_key, run.method), run)
+    first = first_runs(runs)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in first}):
         for a, b in PAIRED:

@@ -8,7 +8,9 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from softeval.analysis.verdict import verdicts
 from softeval.cli import analysis, sweep, track
 from softeval.cli.options import add_options
 from softeval.consoles import table_console
@@ -17,7 +19,8 @@ from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.metrics import top_answer
 from softeval.protocol import METHODS, METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
-from softeval.run.pipeline import run_job
+from softeval.run.pipeline import run_folder, run_job
+from softeval.store.format import Run
 from softeval.tasks import TASKS
 
 
@@ -78,8 +81,10 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def cmd_run(args) -> int:
-    results = run_job(_config(args, _methods(args.method)))
+    config = _config(args, _methods(args.method))
+    results = run_job(config)
     print_table(results)
+    print_verdicts(config, results)
     return 0
 
 
@@ -89,8 +94,10 @@ def cmd_eval(args) -> int:
     if "soft-prompt" in methods and not args.soft_prompt:
         raise UserError("softeval eval scores the soft-prompt method only with --soft-prompt DIR "
                         "(use `softeval run` or `softeval tune` to tune one)")
-    results = run_job(_config(args, methods, soft_prompt=args.soft_prompt))
+    config = _config(args, methods, soft_prompt=args.soft_prompt)
+    results = run_job(config)
     print_table(results)
+    print_verdicts(config, results)
     return 0
 
 
@@ -129,6 +136,20 @@ def print_table(results: list[dict]) -> None:
     note = first.get("split", {}).get("note")
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def print_verdicts(config: RunConfig, results: list[dict]) -> None:
+    """Under the table, what the numbers mean: a verdict per pair of methods (analysis/verdict.py)."""
+    runs = []
+    for r in results:
+        path = run_folder(config, r["method"])[0].final
+        runs.append(Run(path, str(path), r))
+    console = table_console()
+    for verdict in verdicts(runs):
+        line = Text(f"verdict, {verdict.title()}: ", style="bold")
+        line.append(verdict.sentence + ".")
+        console.print(line)
+        console.print(Text(f"  {verdict.numbers()}", style="dim"))
 
 
 def cmd_tasks(args) -> int:

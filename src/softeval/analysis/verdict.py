@@ -1,0 +1,193 @@
+"""What a run's numbers mean, in words: one verdict per comparison of two methods on one model and task.
+
+A verdict reads the paired test (McNemar's exact p, Newcombe's interval for the difference), the
+format_rate of both methods, the treated method's most frequent answer against the gold answers' and
+the format-free reference of the zero-shot run, and picks the first rule of ``RULES`` that holds.
+The rules, their thresholds and why they say what they say are in docs/knowledge.md ("Verdicts"); a
+difference whose interval touches 0 or whose p is 0.05 or more never reads as a change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from softeval.analysis.compare import first_runs, item_outcomes
+from softeval.analysis.paired import PairedTest, paired_test
+from softeval.metrics import Z95
+from softeval.store.format import Run
+
+ALPHA = 0.05  # a difference counts when McNemar's p is below this AND its 95% interval excludes 0
+FOLLOWS_FORMAT = 0.90  # a baseline with at least this format_rate already followed the format
+FORMAT_CHANGE = 0.10  # a format_rate change of at least this much is a change of format
+PRIOR_SHARE = 0.50  # one answer on at least this share of the items ...
+PRIOR_EXCESS = 0.20  # ... and this much above the gold answers' top share: a label prior
+DETECT = 0.05  # the smallest difference the "n would detect" sentence speaks of
+POWER = 0.80  # ... detected with this power at ALPHA
+Z_POWER = 0.8416212335729143  # the standard normal's 80% quantile
+
+# Soft-prompt against each prompting method; without a soft-prompt run, few-shot against zero-shot.
+PAIRS = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
+WHO = {"soft-prompt": "the soft prompt", "few-shot": "the shots", "zero-shot": "the bare prompt"}
+
+
+@dataclass(frozen=True)
+class Side:
+    """What a verdict reads of one method's run besides its per-item outcomes."""
+
+    method: str
+    format_rate: float | None
+    top_answer: str | None  # the most frequent strict answer given (None: none was)
+    top_count: int
+    gold_top_count: int  # how often the most frequent gold answer occurs
+    n: int
+    permutation_consistency: float | None = None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The format-free score beside the verdict: the zero-shot run's cloze accuracy, or for free-form
+    answers its lenient accuracy (the answer wherever a reader finds it in the output)."""
+
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    task: str
+    model: str
+    baseline: Side
+    treated: Side
+    test: PairedTest
+    reference: Reference | None
+    rule: str
+    sentence: str
+
+    def numbers(self) -> str:
+        """The figures the sentence rests on, one line."""
+        t, b, s = self.test, self.baseline, self.treated
+        parts = []
+        if b.format_rate is not None and s.format_rate is not None:
+            parts.append(f"format {b.format_rate:.2f} → {s.format_rate:.2f}")
+        parts.append(f"accuracy {t.accuracy_a:.2f} → {t.accuracy_b:.2f}, {t.difference:+.2f} "
+                     f"[{t.ci_low:+.2f}, {t.ci_high:+.2f}], McNemar p {_p(t.p_value)} (n={t.n})")
+        if self.reference is not None:
+            parts.append(f"format-free reference: {self.reference.name} {self.reference.value:.2f}")
+        return "; ".join(parts)
+
+    def title(self) -> str:
+        return f"{self.treated.method} vs {self.baseline.method}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "model": self.model, "baseline": self.baseline.method,
+                "treated": self.treated.method, "rule": self.rule, "sentence": self.sentence,
+                "numbers": self.numbers(), "format_before": self.baseline.format_rate,
+                "format_after": self.treated.format_rate,
+                "reference": None if self.reference is None else vars(self.reference), **self.test.to_json()}
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
+def label_prior(side: Side) -> bool:
+    """One answer for most items, well beyond how often the commonest gold answer occurs."""
+    if side.top_answer is None or not side.n:
+        return False
+    share = side.top_count / side.n
+    return share >= PRIOR_SHARE and share >= side.gold_top_count / side.n + PRIOR_EXCESS
+
+
+def items_to_detect(test: PairedTest, difference: float) -> int:
+    """Items a paired test needs to detect ``difference`` at ALPHA with POWER (Connor 1987, McNemar),
+    taking the discordant share from this test (never below the difference itself)."""
+    d = abs(difference)
+    discordant = max((test.a_only + test.b_only) / test.n if test.n else 0.0, d)
+    root = Z95 * math.sqrt(discordant) + Z_POWER * math.sqrt(max(discordant - d * d, 0.0))
+    return math.ceil(root * root / (d * d))
+
+
+def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
+    """The rule that holds and its sentence (docs/knowledge.md, "Verdicts")."""
+    who = WHO.get(treated.method, treated.method)
+    up = test.p_value is not None and test.p_value < ALPHA and test.ci_low is not None and test.ci_low > 0
+    down = test.p_value is not None and test.p_value < ALPHA and test.ci_high is not None and test.ci_high < 0
+    f0, f1 = baseline.format_rate, treated.format_rate
+    followed = f0 is not None and f0 >= FOLLOWS_FORMAT
+    format_rose = f0 is not None and f1 is not None and f1 - f0 >= FORMAT_CHANGE
+    prior = ""
+    if label_prior(treated):
+        prior = f"top answer {treated.top_answer} {treated.top_count}/{treated.n}"
+        if treated.permutation_consistency is not None:
+            prior += f", permutation consistency {treated.permutation_consistency:.2f}"
+    if up and prior:
+        return "label-prior", (f"{who} mostly learned a label prior ({prior}): the gain of "
+                               f"{test.difference:+.2f} is not evidence of knowledge")
+    if up and format_rose and not followed:
+        return "format-hid-knowledge", f"the format was hiding knowledge: {who} recovered it"
+    if up:
+        return "better-answers", (f"{who} changed the answers, not only their format: more of them are right"
+                                  + ("; the format was already followed" if followed else ""))
+    if down:
+        return "worse", (f"{who} scored lower than {baseline.method}: {baseline.method} is the better prompt "
+                         "for this model and task")
+    target = max(abs(test.difference or 0.0), DETECT)
+    detect = f"n ≈ {items_to_detect(test, target)} would detect {target:+.2f}" if test.n else "no items"
+    tail = f" ({prior}: a label prior)" if prior else ""
+    if format_rose:
+        return "format-only", (f"format fixed, knowledge unchanged: {who} taught the format but no more "
+                               f"answers are right at this n ({detect}){tail}")
+    if followed:
+        return "format-already-followed", (f"no difference at this n ({detect}): the model already followed the "
+                                           f"format ({f0:.2f}), so there was little for {who} to fix{tail}")
+    return "no-difference", f"no difference at this n ({detect}){tail}"
+
+
+def side_of(run: Run) -> Side:
+    answers = run.results.get("answers") or {}
+    given = [(a, int(c)) for a, c in answers.get("strict") or [] if a is not None]  # "no answer" is no prior
+    gold = answers.get("gold") or []
+    top, count = given[0] if given else (None, 0)
+    return Side(run.method, (run.metric("format_rate") or {}).get("value"), top, count,
+                int(gold[0][1]) if gold else 0, int(run.results.get("n") or 0),
+                (run.metric("permutation_consistency") or {}).get("value"))
+
+
+def reference_of(run: Run | None) -> Reference | None:
+    if run is None:
+        return None
+    for metric, name in (("cloze_accuracy", "cloze"), ("lenient_accuracy", "lenient")):
+        value = (run.metric(metric) or {}).get("value")
+        if value is not None:
+            return Reference(name, value)
+    return None
+
+
+def verdicts(runs: Sequence[Run]) -> list[Verdict]:
+    """Per task and model (lowest seed of each method): soft-prompt against zero-shot and few-shot, or
+    few-shot against zero-shot when there is no soft-prompt run; pairs whose samples cannot be read
+    are left out."""
+    first = first_runs(runs)
+    out = []
+    for task, model in sorted({(t, m) for t, m, _ in first}):
+        methods = {meth for t, m, meth in first if (t, m) == (task, model)}
+        reference = reference_of(first.get((task, model, "zero-shot")))
+        for a, b in PAIRS:
+            if a not in methods or b not in methods or (b == "few-shot" and "soft-prompt" in methods):
+                continue
+            run_a, run_b = first[(task, model, a)], first[(task, model, b)]
+            try:
+                test = paired_test(a, b, item_outcomes(run_a), item_outcomes(run_b))
+            except (OSError, ValueError, KeyError):
+                continue
+            if not test.n:
+                continue
+            base, treated = side_of(run_a), side_of(run_b)
+            rule, sentence = judge(test, base, treated)
+            out.append(Verdict(task, run_a.model, base, treated, test, reference, rule, sentence))
+    return out
