@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -77,8 +78,40 @@ def test_console_scan_catches_a_broken_page(tmp_path: Path) -> None:
     assert any("boom" in m for m in messages) and any("missingFn" in m for m in messages)
 
 
+# Added to a copy of the report (the report itself has no scripts): once the page has loaded, with every
+# <details> open, it writes the layout's measurements into the page, for --dump-dom to bring back.
+LAYOUT_PROBE = """<script>addEventListener("load", () => {
+  for (const d of document.querySelectorAll("details")) d.open = true;
+  const tables = [...document.querySelectorAll("table")].map(t => {
+    const box = t.parentElement, cells = [...t.querySelectorAll("th, td")];
+    return {scrolls: box.scrollWidth > box.clientWidth, box_height: box.getBoundingClientRect().height,
+            squeezed: cells.filter(c => c.scrollWidth > c.clientWidth).length,
+            font: Math.min(...cells.map(c => parseFloat(getComputedStyle(c).fontSize)))};
+  });
+  const out = document.createElement("pre");
+  out.id = "layout";
+  out.textContent = JSON.stringify({width: innerWidth, height: innerHeight,
+                                    page: document.documentElement.scrollWidth, tables});
+  document.body.append(out);
+});</script>"""
+
+
+def _layout(report: Path, width: int, tmp: Path) -> tuple[str, dict]:
+    """The page as Chromium has it after loading, at this window width, and its layout's measurements."""
+    page = tmp / f"layout-{width}.html"
+    page.write_text(report.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    result = _chromium([f"--window-size={width},900", "--dump-dom", page.as_uri()], tmp)
+    assert _console_messages(result.stderr) == []
+    found = re.search(r'<pre id="layout">([^<]*)</pre>', result.stdout)
+    assert found, result.stderr[-2000:]
+    return result.stdout, json.loads(found.group(1))
+
+
 @needs_chromium
 def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
+    """It renders, without console errors; at 1280 px every table fits or wraps; at 800 px the page still
+    never scrolls sideways: a table too wide for the window scrolls in its own box, whose scroll bar is on
+    screen. At both, no cell is squeezed below its content and no text is shrunk to make a table fit."""
     import matplotlib.image
 
     shot = tmp_path / "report.png"
@@ -90,8 +123,15 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     colours = {tuple(p) for p in (pixels[::7, ::7, :3] * 255).astype(int).reshape(-1, 3)}
     assert shot.stat().st_size > 50_000 and len(colours) > 200  # text, tables and charts, not a blank page
 
-    dom = _chromium(["--dump-dom", report.as_uri()], tmp_path)
-    assert _console_messages(dom.stderr) == []
+    (dom, wide), (_, narrow) = _layout(report, 1280, tmp_path), _layout(report, 800, tmp_path)
     # format vs accuracy, knowledge vs format, cloze reference, failure causes, learning curves, rank scatter
-    assert len(CHART.findall(dom.stdout)) == 6
-    assert dom.stdout.count("<table") >= 3
+    assert len(CHART.findall(dom)) == 6
+    # metrics, knowledge, 4 failure examples, ranking, 2 sample browsers
+    assert dom.count("<table") == len(wide["tables"]) == 9
+    for layout in (wide, narrow):
+        assert layout["page"] <= layout["width"], layout  # no horizontal scroll bar on the page
+        for table in layout["tables"]:
+            assert table["squeezed"] == 0 and table["font"] >= 12, table
+    assert [t for t in wide["tables"] if t["scrolls"]] == []
+    boxed = [t for t in narrow["tables"] if t["scrolls"]]
+    assert len(boxed) == 2 and all(t["box_height"] <= narrow["height"] for t in boxed)  # metrics, knowledge

@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from softeval.analysis import plots
 from softeval.analysis.compare import (
@@ -22,6 +21,7 @@ from softeval.analysis.compare import (
     paired_method_tests,
 )
 from softeval.analysis.report_series import series_section
+from softeval.analysis.report_tables import TABLE_CSS, metric_cell, table
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
 from softeval.metrics import kind_label, top_answer
@@ -40,10 +40,7 @@ h1{font-size:24px;margin:0 0 4px}
 h2{font-size:18px;margin:34px 0 8px;border-bottom:1px solid #d8dde3;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}.muted{color:#5d6875}
 .note{background:#fff8e1;border-left:3px solid #e0a458;padding:6px 10px;margin:6px 0}
-table{border-collapse:collapse;background:#fff;font-size:12.5px;margin:6px 0 12px}
-th,td{border:1px solid #dde2e8;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#eef1f5;position:sticky;top:0}tr:nth-child(even) td{background:#fafbfc}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}.ci{color:#7a8591;font-size:11px}
+.ci{color:#7a8591;font-size:11px}
 img.chart{max-width:100%;background:#fff;border:1px solid #dde2e8;margin:6px 0}
 details{background:#fff;border:1px solid #dde2e8;margin:6px 0;padding:4px 10px}
 summary{cursor:pointer;font-weight:600}
@@ -101,29 +98,19 @@ def render(
         parts.append(_samples_section(runs))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_CSS}{TABLE_CSS}</style></head>"
         f"<body><main>{''.join(parts)}</main></body></html>\n"
     )
 
 
-def _fmt(metric: dict[str, Any] | None) -> str:
-    if not metric or metric.get("value") is None:
-        return '<td class="num">–</td>'
-    ci = ""
-    if metric.get("ci_low") is not None and metric.get("ci_high") is not None:
-        ci = f'<br><span class="ci">[{metric["ci_low"]:.3f}, {metric["ci_high"]:.3f}]</span>'
-    return f'<td class="num">{metric["value"]:.3f}{ci}</td>'
-
-
 def _metrics_section(runs: list[Run]) -> str:
-    head = "".join(
-        f"<th>{escape(h)}</th>" for h in ("task", "model", "kind", "method", "seed", "n", *METRICS, "top answer")
-    )
-    body = "".join(
+    columns = ("task", "model", "kind", "method", "seed", "n", *METRICS, "top answer")
+    rows = (
         f"<tr><td>{escape(r.task)}</td><td>{escape(r.model)}</td><td>{escape(kind_label(r.model_kind, r.results.get('model_kind_source')))}</td>"
         f'<td>{escape(r.method)}</td><td class="num">{r.seed}</td>'
         f'<td class="num">{escape(str(r.results.get("n", "")))}</td>'
-        + "".join(_fmt(r.metric(m)) for m in METRICS)
+        + "".join(metric_cell(r.metric(m)) for m in METRICS)
         + f'<td class="num">{escape(top_answer(r.results) or "–")}</td></tr>'
         for r in runs
     )
@@ -134,7 +121,7 @@ def _metrics_section(runs: list[Run]) -> str:
         "answer is the most "
         "frequent strict answer and its share: one letter for most items is a label prior, not "
         "knowledge.</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        + table(columns, rows)
     )
 
 
@@ -193,24 +180,25 @@ def _knowledge_section(runs: list[Run]) -> str:
                             values[(metric, method)] = run.metric(metric)
             bars.append((model, values))
             cloze_from = next((meth for meth in METHODS if (("cloze_accuracy", meth) in values)), None)
-            cells = [_fmt(values.get(("cloze_accuracy", cloze_from))), _fmt(values.get(("cloze_accuracy_norm", cloze_from))),
-                     _fmt(values.get(("letter_loglik_accuracy", cloze_from or "zero-shot")))]
-            cells += [_fmt(values.get(("accuracy", meth))) for meth in METHODS]
-            cells += [_fmt(values.get(("permutation_consistency", "soft-prompt"))),
-                      _fmt(values.get(("circular_accuracy", "soft-prompt")))]
+            cells = [metric_cell(values.get(("cloze_accuracy", cloze_from))),
+                     metric_cell(values.get(("cloze_accuracy_norm", cloze_from))),
+                     metric_cell(values.get(("letter_loglik_accuracy", cloze_from or "zero-shot")))]
+            cells += [metric_cell(values.get(("accuracy", meth))) for meth in METHODS]
+            cells += [metric_cell(values.get(("permutation_consistency", "soft-prompt"))),
+                      metric_cell(values.get(("circular_accuracy", "soft-prompt")))]
             cells += [_paired_cell(paired.get((task, model, "zero-shot"))),
                       _paired_cell(paired.get((task, model, "few-shot")))]
             note = "" if cloze_from in (None, "zero-shot") else f' <span class="ci">(cloze from {escape(cloze_from)})</span>'
             rows.append(f"<tr><td>{escape(model)}{note}</td>{''.join(cells)}</tr>")
         if not any(("cloze_accuracy", meth) in v or ("accuracy", meth) in v for _, v in bars for meth in METHODS):
             continue
-        head = "".join(f"<th>{h}</th>" for h in (
+        columns = (
             "model", "cloze", "cloze per char", "letter log-lik.", "zero-shot", "few-shot", "soft-prompt",
             "soft-prompt permutation consistency", "soft-prompt circular acc.", "soft − zero-shot",
-            "soft − few-shot"))
+            "soft − few-shot")
         figure = plots.img(plots.knowledge_bars(bars, task), f"cloze reference and strict accuracy on {task}")
-        blocks.append(f"<h3>{escape(task)}</h3><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}"
-                      f"</tbody></table>{figure}{_failures_block(task_runs, task)}")
+        blocks.append(f"<h3>{escape(task)}</h3>{table(columns, rows)}"
+                      f"{figure}{_failures_block(task_runs, task)}")
     if not blocks:
         return ""
     return (
@@ -252,8 +240,7 @@ def _failures_block(task_runs: list[Run], task: str) -> str:
             details.append(
                 f"<details><summary>{escape(label)}: {failures.get('failed', 0)} of {n} failed the format "
                 f"({escape(counts)}); {failures.get('hit_max_new_tokens', 0)} hit max_new_tokens</summary>"
-                "<table><thead><tr><th>cause</th><th>id</th><th>gold</th><th>hit limit</th><th>output</th></tr>"
-                f"</thead><tbody>{''.join(examples)}</tbody></table></details>")
+                + table(("cause", "id", "gold", "hit limit", "output"), examples) + "</details>")
     if not bars:
         return ""
     return plots.img(plots.failure_bars(bars, task), f"format failure causes on {task}") + "".join(details)
@@ -313,12 +300,11 @@ def _corr_cells(row: Correlation) -> str:
 def _ranking_section(c: Comparison) -> str:
     pairs = ", ".join(f"{escape(b)} → {escape(p)}" for b, p in c.pairs)
     columns = ("task", "base method", "Kendall τ", "Spearman ρ", "pairs", "items")
-    head = "<tr>" + "".join(f"<th>{h}</th>" for h in columns) + "</tr>"
-    body = "".join(
+    rows = [
         f"<tr><td>{escape(r.task)}</td><td>{escape(r.method)}</td>{_corr_cells(r)}"
         f'<td class="num">{r.n_pairs}</td><td class="num">{r.n_items}</td></tr>'
         for r in [*c.results, *c.average]
-    )
+    ]
     best = ""
     if c.best_method:
         b = c.best_method
@@ -347,7 +333,7 @@ def _ranking_section(c: Comparison) -> str:
         f'<p class="muted">Pairs: {pairs}. Post-trained models scored by '
         f"{escape(c.post_method)} {escape(c.metric)}. Intervals: 95% percentile bootstrap over test "
         f"items ({c.n_boot} replicates; every model rescored on the same resampled items).</p>"
-        f"{best}<table><thead>{head}</thead><tbody>{body}</tbody></table>{notes}{figs}"
+        f"{best}{table(columns, rows)}{notes}{figs}"
     )
 
 
@@ -360,7 +346,7 @@ def _samples_section(runs: list[Run]) -> str:
         differ = [s for s in samples if bool(s.get("correct")) != bool(s.get("lenient_correct"))]
         if not differ:
             continue
-        rows = "".join(
+        rows = (
             f"<tr><td><code>{escape(str(s.get('id')))}</code></td><td>{escape(str(s.get('gold')))}</td>"
             f"<td>{escape(str(s.get('strict')))}</td><td>{escape(str(s.get('lenient')))}</td>"
             f"<td>{'✓' if s.get('correct') else '✗'} / {'✓' if s.get('lenient_correct') else '✗'}</td>"
@@ -372,9 +358,8 @@ def _samples_section(runs: list[Run]) -> str:
         blocks.append(
             f"<details><summary>{escape(run.model)} · {escape(run.task)} · {escape(run.method)} · seed "
             f"{run.seed}: {len(differ)} of {len(samples)} items disagree{shown}</summary>"
-            "<table><thead><tr><th>id</th><th>gold</th><th>strict</th><th>lenient</th>"
-            "<th>correct strict / lenient</th><th>output</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></details>"
+            + table(("id", "gold", "strict", "lenient", "correct strict / lenient", "output"), rows)
+            + "</details>"
         )
     intro = (
         '<h2>Where strict and lenient scoring disagree</h2><p class="muted">Items the strict '

@@ -10,6 +10,7 @@ from html import escape
 from matplotlib.figure import Figure
 
 from softeval.analysis.plots import METHOD_COLORS, img
+from softeval.analysis.report_tables import metric_cell, table
 from softeval.protocol import METHODS
 from softeval.store.format import Run
 
@@ -61,14 +62,6 @@ def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
     return fig
 
 
-def _cell(run: Run | None, metric: str) -> str:
-    m = run.metric(metric) if run else None
-    if not m or m.get("value") is None:
-        return '<td class="num">–</td>'
-    ci = f'<br><span class="ci">[{m["ci_low"]:.2f}, {m["ci_high"]:.2f}]</span>' if m.get("ci_low") is not None else ""
-    return f'<td class="num">{m["value"]:.3f}{ci}</td>'
-
-
 def _tuning(run: Run | None) -> str:
     tuning = (run.results.get("tuning") or {}) if run else {}
     if not tuning.get("steps_run"):
@@ -92,11 +85,12 @@ def series_section(runs: list[Run]) -> str:
         steps = sorted({step for _, step in cells})
         parts.append(f"<h3>{escape(series)} · {escape(task)}</h3>")
         parts.append(img(series_figure(cells, f"{series} · {task}"), f"{series} {task} score and format by step"))
-        head = "".join(f"<th>{escape(m)} accuracy</th><th>{escape(m)} format</th>" for m in methods)
+        columns = ["step", *(f"{m} {what}" for m in methods for what in ("accuracy", "format")), "soft-prompt tuning"]
         rows = []
         for step in steps:
-            cells_html = "".join(_cell(cells.get((m, step)), "accuracy") + _cell(cells.get((m, step)), "format_rate")
-                                 for m in methods)
+            at_step = [cells.get((m, step)) for m in methods]
+            cells_html = "".join(metric_cell(run.metric(metric) if run else None)
+                                 for run in at_step for metric in ("accuracy", "format_rate"))
             rows.append(f'<tr><td class="num">{step}</td>{cells_html}{_tuning(cells.get(("soft-prompt", step)))}</tr>')
-        parts.append(f"<table><tr><th>step</th>{head}<th>soft-prompt tuning</th></tr>{''.join(rows)}</table>")
+        parts.append(table(columns, rows))
     return "".join(parts)
