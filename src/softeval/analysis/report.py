@@ -22,6 +22,7 @@ from softeval.analysis.compare import (
 )
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import TABLE_CSS, metric_cell, table
+from softeval.analysis.verdict import Verdict, verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
 from softeval.metrics import kind_label, top_answer
@@ -39,6 +40,7 @@ main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
 h1{font-size:24px;margin:0 0 4px}
 h2{font-size:18px;margin:34px 0 8px;border-bottom:1px solid #d8dde3;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}.muted{color:#5d6875}
+.verdict{background:#eef6ee;border-left:3px solid #5a9e5a;padding:4px 10px;margin:6px 0}.verdict p{margin:4px 0}
 .note{background:#fff8e1;border-left:3px solid #e0a458;padding:6px 10px;margin:6px 0}
 .ci{color:#7a8591;font-size:11px}
 img.chart{max-width:100%;background:#fff;border:1px solid #dde2e8;margin:6px 0}
@@ -163,6 +165,7 @@ def _knowledge_section(runs: list[Run]) -> str:
     """Per task: the format-free references (cloze, letter log-likelihood) beside each method's strict
     accuracy per model, the soft prompt's label-prior check, paired tests, and why outputs failed."""
     paired = {(r.task, r.model, r.test.a): r for r in paired_method_tests(runs)}
+    said = verdicts(runs)
     blocks = []
     for task in sorted({r.task for r in runs}):
         task_runs = [r for r in runs if r.task == task]
@@ -197,7 +200,8 @@ def _knowledge_section(runs: list[Run]) -> str:
             "soft-prompt permutation consistency", "soft-prompt circular acc.", "soft − zero-shot",
             "soft − few-shot")
         figure = plots.img(plots.knowledge_bars(bars, task), f"cloze reference and strict accuracy on {task}")
-        blocks.append(f"<h3>{escape(task)}</h3>{table(columns, rows)}"
+        blocks.append(f"<h3>{escape(task)}</h3>{_verdicts_block([v for v in said if v.task == task])}"
+                      f"{table(columns, rows)}"
                       f"{figure}{_failures_block(task_runs, task)}")
     if not blocks:
         return ""
@@ -211,6 +215,14 @@ def _knowledge_section(runs: list[Run]) -> str:
         "acc.: right in every order. Differences are paired (same items): 95% Newcombe interval and "
         "McNemar's exact p.</p>" + "".join(blocks)
     )
+
+
+def _verdicts_block(found: list[Verdict]) -> str:
+    """What the task's numbers mean, a sentence per model and pair of methods (docs/knowledge.md)."""
+    lines = "".join(
+        f'<p><b>{escape(v.model)}, {escape(v.title())}:</b> {escape(v.sentence)}.<br>'
+        f'<span class="ci">{escape(v.numbers())}</span></p>' for v in found)
+    return f'<div class="verdict">{lines}</div>' if lines else ""
 
 
 def _failures_block(task_runs: list[Run], task: str) -> str:
