@@ -108,13 +108,20 @@ def _check(match, answer: str | None, gold: str):
         return "unscorable"
 
 
-def main(paths: list[str]) -> None:
-    old = old_matcher()
-    golds = [e.gold for e in get_task("math500").load("offline").eval]
-    groups: dict[str, list[tuple[str, str, bool | None]]] = {"gold vs itself": [(g, g, True) for g in golds]}
+Pairs = dict[str, list[tuple[str, str, bool | None]]]  # label -> (answer, gold, the right verdict if known)
+
+
+def gold_pairs(golds: list[str]) -> Pairs:
+    groups: Pairs = {"gold vs itself": [(g, g, True) for g in golds]}
     for g in golds:
         for kind, text in variants(g):
             groups.setdefault(f"gold vs {kind}", []).append((text, g, True))
+    return groups
+
+
+def run_pairs(paths: list[str]) -> Pairs:
+    """The strict and the lenient answer of every output (when there is one), by run folder."""
+    groups: Pairs = {}
     for folder in runs(paths):
         name = "/".join(folder.parts[-4:-1])
         for line in (folder / "samples.jsonl").read_text().splitlines():
@@ -122,26 +129,36 @@ def main(paths: list[str]) -> None:
             for which in ("strict", "lenient"):
                 if sample.get(which) is not None:
                     groups.setdefault(f"{name} ({which})", []).append((sample[which], sample["gold"], None))
-    print("| pairs | n | old: equal | math-verify: equal | both | old only | math-verify only | unscorable |")
-    print("|---|---|---|---|---|---|---|---|")
+    return groups
+
+
+def table(groups: Pairs, old, new) -> list[str]:
+    """The markdown table (one row per label), then every pair on which ``old`` and ``new`` differ."""
+    lines = ["| pairs | n | old: equal | math-verify: equal | both | old only | math-verify only | unscorable |",
+             "|---|---|---|---|---|---|---|---|"]
     disagreements = []
     for label, pairs in groups.items():
         counts: Counter = Counter()
         for answer, gold, truth in pairs:
-            a, b = _check(old, answer, gold), _check(equivalent, answer, gold)
+            a, b = _check(old, answer, gold), _check(new, answer, gold)
             counts["old"] += a is True
             counts["new"] += b is True
             counts["both"] += a is True and b is True
+            counts["old only"] += a is True and b is not True
+            counts["new only"] += b is True and a is not True
             counts["unscorable"] += "unscorable" in (a, b)
             if a != b:
-                counts["old only" if a is True else "new only"] += 1
-                disagreements.append((label, answer, gold, a, b, truth))
-        print(f"| {label} | {len(pairs)} | {counts['old']} | {counts['new']} | {counts['both']} | "
-              f"{counts['old only']} | {counts['new only']} | {counts['unscorable']} |")
-    print(f"\n{len(disagreements)} disagreements (answer | gold | old | math-verify | right by construction)")
-    for label, answer, gold, a, b, truth in disagreements:
-        right = "" if truth is None else ("old" if a == truth else "math-verify")
-        print(f"- {label}: `{answer}` | `{gold}` | {a} | {b} | {right}")
+                right = "" if truth is None else ("old" if a == truth else "math-verify")
+                disagreements.append(f"- {label}: `{answer}` | `{gold}` | {a} | {b} | {right}")
+        lines.append(f"| {label} | {len(pairs)} | {counts['old']} | {counts['new']} | {counts['both']} | "
+                     f"{counts['old only']} | {counts['new only']} | {counts['unscorable']} |")
+    lines.append(f"\n{len(disagreements)} disagreements (answer | gold | old | math-verify | right by construction)")
+    return lines + disagreements
+
+
+def main(paths: list[str]) -> None:
+    golds = [e.gold for e in get_task("math500").load("offline").eval]
+    print("\n".join(table({**gold_pairs(golds), **run_pairs(paths)}, old_matcher(), equivalent)))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ variant generator of ``benchmarks/math_agreement.py`` only makes answers that ma
 from __future__ import annotations
 
 import importlib.util
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -107,3 +108,23 @@ def test_the_agreement_variants_of_real_golds_match_their_gold():
             kinds.add(kind)
             assert equivalent(text, gold), (kind, text, gold)
     assert {"\\dfrac", "a/b", "0.5 for \\frac12", "1\\,000", "n\\%", "unit dropped", "\\left/\\right"} <= kinds
+
+
+def test_the_agreement_table_counts_and_lists_every_disagreement(tmp_path):
+    agreement = _agreement()
+    folder = tmp_path / "m" / "math500" / "zero-shot" / "seed0"
+    folder.mkdir(parents=True)
+    samples = [{"strict": None, "lenient": "1/2", "gold": r"\frac12"},
+               {"strict": "7, 5, 3", "lenient": "7, 5, 3", "gold": "3, 5, 7"}]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    (tmp_path / "m" / "math500" / "zero-shot" / "seed1.partial").mkdir()  # unfinished: not read
+    groups = {**agreement.gold_pairs([r"\frac{1}{2}"]), **agreement.run_pairs([str(tmp_path)])}
+    assert groups["m/math500/zero-shot (lenient)"] == [("1/2", r"\frac12", None), ("7, 5, 3", "3, 5, 7", None)]
+    assert len(groups["m/math500/zero-shot (strict)"]) == 1
+    exact = lambda answer, gold: answer.replace(" ", "") == gold.replace(" ", "")  # noqa: E731 (a stand-in old)
+    lines = agreement.table(groups, exact, equivalent)
+    assert "| gold vs itself | 1 | 1 | 1 | 1 | 0 | 0 | 0 |" in lines
+    assert "| m/math500/zero-shot (lenient) | 2 | 0 | 2 | 0 | 0 | 2 | 0 |" in lines
+    assert "- gold vs a/b: `1/2` | `\\frac{1}{2}` | False | True | math-verify" in lines
+    (header,) = [line for line in lines if "disagreements" in line]
+    assert int(header.split()[0]) == sum(line.startswith("- ") for line in lines) > 0
