@@ -99,8 +99,8 @@ def load_sweep(path: str | Path) -> Sweep:
 
 class _StrictLoader(BoundedLoader):
     """yaml.safe_load (in softeval.yamlfile's bounds), except that a key given twice in one mapping is an
-    error (YAML keeps the last one silently, so `steps: 80` further down would quietly win). Merge keys (``<<: *shared``) work as in
-    yaml.safe_load: a key written in the mapping overrides the merged one."""
+    error (YAML keeps the last one silently, so `steps: 80` further down would quietly win). Merge keys
+    (``<<: *shared``) work as in yaml.safe_load: a key written in the mapping overrides the merged one."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
