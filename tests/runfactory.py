@@ -113,6 +113,9 @@ def write_run(
         results.update(samples_count=n, samples_sha256=hashlib.sha256(text.encode()).hexdigest())
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (run_dir / "samples.jsonl").write_text(text, encoding="utf-8")
+    if method == "soft-prompt":  # a finished soft-prompt run holds its adapter (a stand-in: nothing reads it)
+        (run_dir / "soft_prompt").mkdir(exist_ok=True)
+        (run_dir / "soft_prompt" / "adapter_model.safetensors").write_bytes(b"stand-in")
     if curve is not None:
         (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
     return run_dir

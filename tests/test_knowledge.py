@@ -20,6 +20,7 @@ from softeval.analysis.compare import compare_runs, load_runs, paired_method_tes
 from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
 from softeval.cli import analysis as cli_analysis
 from softeval.diagnosis import CAUSES, failure_cause
+from softeval.errors import UserError
 from softeval.lm import batching, generation, loglik
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job
@@ -271,7 +272,19 @@ def test_permutations_are_seeded_distinct_and_never_the_original():
     orders = permutations_for(4, 5, "item-1")
     assert orders == permutations_for(4, 5, "item-1") and len(set(orders)) == 5
     assert (0, 1, 2, 3) not in orders
-    assert permutations_for(2, 5, "x") == [(1, 0)]  # only one other order exists
+    assert permutations_for(2, 1, "x") == [(1, 0)]  # the one other order there is
+    with pytest.raises(ValueError):  # more than exist: Job.prepare refuses --permutations first
+        permutations_for(2, 2, "x")
+
+
+def test_permutations_beyond_the_orders_that_exist_are_refused_before_the_model_runs(tmp_path, toymc):
+    """--permutations 30 on 4 options used to run 23 orders while the config recorded 30."""
+    n_options = {len(e.options) for e in toymc.load().eval}
+    assert n_options == {4}
+    with pytest.raises(UserError, match=r"^--permutations 24: item '.+' of toymc has 4 options, so only 23 other "
+                                        r"orders; give --permutations 23 or less$"):
+        run_job(_config(tmp_path, permutations=24), lm=tiny_lm())
+    assert not any(tmp_path.iterdir())
 
 
 def test_permutations_are_a_clear_error_below_zero():

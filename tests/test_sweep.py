@@ -186,8 +186,8 @@ def test_worker_killed_mid_job_is_retried_and_resumes_to_the_same_results(ray_cl
     assert (run / "samples.jsonl").read_text() == (ref_run / "samples.jsonl").read_text()
 
 
-def test_job_that_raises_or_finds_its_run_locked_is_reported_and_the_others_finish(ray_cluster, assets,
-                                                                                   tmp_path, capsys):
+def test_job_that_raises_fails_one_whose_run_is_locked_is_elsewhere_and_the_others_finish(ray_cluster, assets,
+                                                                                          tmp_path, capsys):
     from softeval.run.pipeline import run_folder
 
     folder, models, tasks = assets
@@ -202,11 +202,11 @@ def test_job_that_raises_or_finds_its_run_locked_is_reported_and_the_others_fini
 
     err = " ".join(capsys.readouterr().err.split())
     assert "--limit 500 is larger than the 20 scored items" in err
-    assert f"is being written by pid {os.getpid()}" in err or f"pid {os.getpid()}" in err, err
+    assert f"being written by pid {os.getpid()}" in err, err
     run = tmp_path / "out" / "tiny-0" / "first.yaml"
     assert (run / "zero-shot" / "seed0" / "results.json").is_file() and not (run / "soft-prompt" / "seed0").exists()
     assert not (tmp_path / "out" / "tiny-0" / "last.yaml" / "zero-shot" / "seed0").exists()
-    assert "3 failed" in err and "1 done" in err
+    assert "1 done, 1 elsewhere, 2 failed" in err  # the locked run is the other writer's, not a failure
 
 
 def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, assets, tmp_path):

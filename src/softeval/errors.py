@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import re
+import reprlib
 import sys
 from typing import TextIO
+
+SHOWN_CHARS = 120  # the most an error echoes of a value the user gave (``shown``)
+_REPR = reprlib.Repr()  # its limits set one by one: Python 3.11's Repr takes no arguments
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 2, SHOWN_CHARS, SHOWN_CHARS, SHOWN_CHARS
 
 
 class UserError(Exception):
     """A mistake in the user's input: printed without a traceback, exit code 2."""
+
+
+def shown(value: object) -> str:
+    """A value the user gave, as an error echoes it: its repr, cut to about ``SHOWN_CHARS`` characters
+    (``reprlib``, which stops at the cut: a value of millions of elements, from a YAML alias bomb or a
+    huge string, costs no more to show than a short one). Every error that quotes a user's value
+    quotes it through here."""
+    text = _REPR.repr(value)
+    return text if len(text) <= SHOWN_CHARS + 3 else text[:SHOWN_CHARS] + "..."
 
 
 def one_line(message: object) -> str:

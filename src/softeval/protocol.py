@@ -3,6 +3,11 @@ the report: the methods every task is scored with, and the metrics a run reports
 
 METHODS = ("zero-shot", "few-shot", "soft-prompt")
 
+# A saved soft prompt: a PEFT prompt-tuning adapter folder (lm.softprompt writes and reads it; a finished
+# soft-prompt run holds one, which store.format checks).
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
 # What a model is: pre-trained only, or post-trained (instruction-tuned, chat); `--kind`, a sweep file's `kind`.
 BASE, POST_TRAINED = "base", "post-trained"
 KINDS = (BASE, POST_TRAINED)

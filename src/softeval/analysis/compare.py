@@ -28,7 +28,7 @@ from softeval.analysis.ranking_stats import (
     rank_correlations,
 )
 from softeval.checks import is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.metrics import metric_name
 from softeval.protocol import METHODS
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
@@ -131,7 +131,7 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
     for spec in specs:
         base, sep, post = spec.partition("=")
         if not sep or not base.strip() or not post.strip():
-            raise UserError(f"--pair {spec!r}: expected BASE=POST, "
+            raise UserError(f"--pair {shown(spec)}: expected BASE=POST, "
                             "e.g. --pair smollm2-135m=smollm2-135m-instruct")
         pairs.append((base.strip(), post.strip()))
     return pairs
@@ -144,7 +144,7 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     _check_inputs(runs, pairs, metric, post_method)
     if not is_whole(n_boot) or n_boot < MIN_BOOT:
         raise UserError(f"--n-boot must be at least {MIN_BOOT} (a 95% interval needs replicates to spread), "
-                        f"not {n_boot!r}")
+                        f"not {shown(n_boot)}")
     notes: list[str] = []
     skipped: list[str] = []
     results: list[Correlation] = []
@@ -160,9 +160,9 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
 
 def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str) -> None:
     if metric not in PER_ITEM:
-        raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
+        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     if post_method not in POST_METHODS:
-        raise UserError(f"--post-method {post_method!r}: choose one of {', '.join(POST_METHODS)}")
+        raise UserError(f"--post-method {shown(post_method)}: choose one of {', '.join(POST_METHODS)}")
     if len(pairs) < MIN_PAIRS:
         raise UserError(f"compare needs at least {MIN_PAIRS} BASE=POST pairs (got {len(pairs)}): "
                         "a rank correlation over fewer models says nothing")
@@ -172,7 +172,7 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
     known = sorted({r.model for r in runs})
     for name in names:
         if not runs_of(runs, name):
-            raise UserError(f"no finished runs for model {name!r}; "
+            raise UserError(f"no finished runs for model {shown(name)}; "
                             f"models with runs: {', '.join(known) or 'none'}")
 
 
@@ -257,7 +257,7 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[Paire
     test whose runs lack samples.jsonl is left out)."""
     metric = metric_name(metric)
     if metric not in PER_ITEM:
-        raise UserError(f"--metric {metric!r}: choose one of {', '.join(PER_ITEM)}")
+        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     first = first_runs(runs)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in first}):
@@ -360,6 +360,6 @@ def _clean(value: Any) -> Any:
 def load_runs(out_root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
     """Finished runs read from the folders (the source of truth), plus what was skipped and why."""
     if not Path(out_root).is_dir():
-        raise UserError(f"runs folder {str(out_root)!r} does not exist")
+        raise UserError(f"runs folder {shown(str(out_root))} does not exist")
     report = scan(Path(out_root))
     return report.runs, report.skipped

@@ -27,7 +27,7 @@ from softeval.analysis.compare import (
     parse_pairs,
 )
 from softeval.consoles import table_console
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.metrics import LEGACY_METRICS, kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
@@ -82,7 +82,7 @@ def _runs_dir(args: argparse.Namespace) -> Path:
     path = Path(args.runs_dir)
     if not path.is_dir():
         raise UserError(
-            f"runs folder {str(path)!r} does not exist (run `softeval run` first, or pass RUNS_DIR)"
+            f"runs folder {shown(str(path))} does not exist (run `softeval run` first, or pass RUNS_DIR)"
         )
     return path
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.table import Table
@@ -223,13 +226,43 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
+        with _terminated_as_interrupted():
+            return int(args.handler(args) or 0)
     except UserError as err:
         print_error(err)
         return 2
+    except Terminated:
+        Console(stderr=True).print(INTERRUPTED)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted: finished runs are kept; an unfinished tuning resumes next time")
+        Console(stderr=True).print(INTERRUPTED)
         return 130
+
+
+INTERRUPTED = "interrupted: finished runs are kept; an unfinished tuning resumes next time"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler's stop), raised where Ctrl-C's KeyboardInterrupt would be: the
+    command stops the same way and says the same line (its exit code stays 143, as for a kill)."""
+
+
+@contextmanager
+def _terminated_as_interrupted():
+    """While a command runs, SIGTERM raises ``Terminated`` (a KeyboardInterrupt); the handler before is
+    put back after (library callers and tests keep theirs). Only the main thread can set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from softeval.checks import is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.packaged import package_dir, require_package_dir
 from softeval.protocol import BASE, KINDS, POST_TRAINED
 
@@ -124,7 +124,7 @@ def preset_gguf_path(preset: Preset) -> Path:
         return target
     chunks = [p for d in dirs for p in sorted((d / "data").glob(f"{preset.gguf_name}.part*"))]
     if not chunks:
-        raise UserError(f"no chunks of {preset.gguf_name} found in the packages of preset {preset.name!r}")
+        raise UserError(f"no chunks of {preset.gguf_name} found in the packages of preset {shown(preset.name)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     with tmp.open("wb") as out:
@@ -154,7 +154,7 @@ def pick_dtype(dtype: str, device: str) -> torch.dtype:
         return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
                 "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
     except KeyError:
-        raise UserError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16") from None
+        raise UserError(f"unknown dtype {shown(dtype)}: use auto, float32, bfloat16 or float16") from None
 
 
 def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, device_map):
@@ -276,7 +276,7 @@ def check_model_name(name: str) -> None:
     if re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return
     raise UserError(
-        f"unknown model {name!r}: give a preset ({', '.join(PRESETS)}), a local folder, "
+        f"unknown model {shown(name)}: give a preset ({', '.join(PRESETS)}), a local folder, "
         "a .gguf file or a hub id like 'org/name'. `softeval models` lists the presets."
     )
 
@@ -342,7 +342,7 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
             check_model_name(name)
             model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
     except (OSError, ValueError) as err:  # missing files, no hub access, gated repo; a config or tokenizer
-        raise UserError(f"could not load model {name!r}: {err}") from None  # transformers cannot read
+        raise UserError(f"could not load model {shown(name)}: {err}") from None  # transformers cannot read
     if device_map is None:
         model.to(device)
     model.eval()
@@ -354,7 +354,7 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
     else:
         model_kind, kind_source = (kind, "flag") if kind else (guess_kind(name), "guessed from name")
     if model_kind not in KINDS:
-        raise UserError(f"unknown model kind {model_kind!r}: use {' or '.join(KINDS)}")
+        raise UserError(f"unknown model kind {shown(model_kind)}: use {' or '.join(KINDS)}")
     eos = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))

@@ -16,10 +16,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
+from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 SOFTEVAL_META = "softeval.json"
 INIT_FROM = "from:"  # --init from:PATH: start from a saved soft prompt (warm start)
 
@@ -131,7 +130,7 @@ class SoftPrompt(torch.nn.Module):
                                 f"asks for --tokens {num_tokens}: pass --tokens {loaded.num_tokens}")
             vectors = loaded.weight.detach()
         else:
-            raise UserError(f"unknown soft-prompt init {how!r}: use vocab, random, text:\"...\" or from:PATH")
+            raise UserError(f"unknown soft-prompt init {shown(how)}: use vocab, random, text:\"...\" or from:PATH")
         return cls(vectors, init=how)
 
     def save(self, folder: Path, lm, extra: dict | None = None) -> None:

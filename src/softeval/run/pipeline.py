@@ -6,6 +6,7 @@ This is the single way through the data that ``softeval run``, ``tune`` and ``ev
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import time
@@ -23,7 +24,7 @@ from rich.progress import (
 )
 
 from softeval.diagnosis import count_causes, failure_cause
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.lm import generation, loglik, memory
 from softeval.lm.models import load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
@@ -75,6 +76,13 @@ class Job:
             raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
                             f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")
         self.items = seeded_subset(self.splits.eval, cfg.limit, ITEM_SEED)
+        if cfg.permutations and self.task.multiple_choice:
+            fewest = min(self.items, key=lambda e: len(e.options))
+            orders = math.factorial(len(fewest.options)) - 1  # the orders besides the one the item has
+            if cfg.permutations > orders:
+                raise UserError(f"--permutations {cfg.permutations}: item {shown(fewest.id)} of {cfg.task} has "
+                                f"{len(fewest.options)} options, so only {orders} other orders; give "
+                                f"--permutations {orders} or less")
         pool = list(self.splits.tune)
         random.Random(cfg.seed).shuffle(pool)
         n_curve = min(cfg.curve_items, max(0, len(pool) - cfg.batch_size))

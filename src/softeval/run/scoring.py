@@ -80,9 +80,11 @@ def add_cloze(sample: dict, task: Task, example: Example, scores: Sequence[float
 
 
 def permutations_for(n_options: int, k: int, item_id: str) -> list[tuple[int, ...]]:
-    """``k`` distinct seeded orders of ``n_options`` options, none the original (fewer when there
-    are not that many). ``order[j]`` is the original index of the option shown at position j."""
-    k = min(k, math.factorial(n_options) - 1)
+    """``k`` distinct seeded orders of ``n_options`` options, none the original; ``k`` is at most
+    ``n_options! - 1`` (``Job.prepare`` refuses a larger --permutations). ``order[j]`` is the original
+    index of the option shown at position j."""
+    if k > math.factorial(n_options) - 1:
+        raise ValueError(f"{n_options} options have {math.factorial(n_options) - 1} other orders, not {k}")
     rng = random.Random(f"{PERMUTATION_SEED}/{item_id}")
     identity = tuple(range(n_options))
     if math.factorial(n_options) <= 24:  # few enough to draw from all of them without repeats

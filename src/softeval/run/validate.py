@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from softeval.checks import is_data_file, is_number, is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_dtype
 from softeval.lm.softprompt import adapter_shape, init_source
 from softeval.protocol import METHODS
@@ -26,24 +26,40 @@ from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Sp
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
 
-def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
-    """One option's value against its row of the table: its type, range and choices."""
+TYPE_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+
+
+def check_type(key: str, value, name: Spelling = COMMAND_LINE) -> None:
+    """One option's value has its row's type (a whole number is a number; true is neither), or is None
+    where the row allows it. A sweep file's values are typed by it before they become a RunConfig."""
     row = OPTIONS[key]
     if value is None and row.nullable:
         return
+    typed = is_whole(value) if row.type is int else is_number(value) if row.type is float \
+        else isinstance(value, row.type)  # str or bool: "no" is not false, true is not text
+    if not typed:
+        null = " or null" if row.nullable and not name.command_line else ""
+        raise UserError(f"{name.key(key)} must be {TYPE_NAMES[row.type]}{null}, not {type(value).__name__} "
+                        f"{shown(value)}")
+
+
+def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
+    """One option's value against its row of the table: its type (``check_type``), range and choices."""
+    check_type(key, value, name)
+    row = OPTIONS[key]
+    if value is None:
+        return
     if row.type is int:
-        if not is_whole(value):
-            raise UserError(f"{name.key(key)} must be a whole number, not {value!r}")
         low, high = row.range
         if not low <= value <= high:
             raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if row.range == SEED_RANGE
                             else f"{name.key(key)} must be between {low} and {high}, not {value}")
     elif row.type is float:
-        if not is_number(value) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{name.key(key)} must be a positive finite number, not {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
     elif row.choices is not None and value not in row.choices:
         choices = ", ".join(row.choices[:-1]) + " or " + row.choices[-1]
-        raise UserError(f"unknown {name.key(key)} {value!r}: use {choices}")
+        raise UserError(f"unknown {name.key(key)} {shown(value)}: use {choices}")
 
 
 def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
@@ -52,7 +68,7 @@ def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
         raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
     for method in methods:
         if method not in METHODS:
-            raise UserError(f"unknown method {method!r}: use {', '.join(METHODS)}")
+            raise UserError(f"unknown method {shown(method)}: use {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise UserError(f"a method is given twice in {','.join(methods)}")
 
@@ -77,9 +93,9 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     if not model_given:
         check_model_name(cfg.model)
     if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
-        raise UserError(f"a series must have a name, not {cfg.series!r}")
+        raise UserError(f"a series must have a name, not {shown(cfg.series)}")
     if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):
-        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {cfg.step!r}")
+        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {shown(cfg.step)}")
     if cfg.soft_prompt is not None:
         given = name.setting("soft_prompt", cfg.soft_prompt)
         if not Path(cfg.soft_prompt).is_dir():
@@ -111,7 +127,7 @@ def check_init(value: str, tokens: int | None = None, model: str | None = None,
             check_width(given, shape, model)
         return
     raise UserError(f'{name.key("init")} must be vocab, random, text:"some words" or from:PATH (a saved soft '
-                    f"prompt), not {value!r}")
+                    f"prompt), not {shown(value)}")
 
 
 def check_adapter(what: str, folder: Path) -> tuple[int, ...]:
@@ -139,7 +155,7 @@ def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True
     refused here, not after the data has been read and the model is half loaded."""
     found = DEVICE.fullmatch(device) if isinstance(device, str) else None
     if not found:
-        raise UserError(f"unknown {name.key('device')} {device!r}: use auto, cpu, cuda, cuda:N or mps")
+        raise UserError(f"unknown {name.key('device')} {shown(device)}: use auto, cpu, cuda, cuda:N or mps")
     if not exists:
         return
     if device.startswith("cuda"):

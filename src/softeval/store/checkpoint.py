@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from softeval.checks import is_number, is_whole
+from softeval.errors import shown
 from softeval.store.format import (
     TUNE_STATE_FILE,
     TUNE_STATE_LEGACY_FILE,
@@ -126,17 +127,17 @@ def _check_meta(record: dict) -> None:
     the curve up to it, a loss, the seconds and the steps resumed at; anything else is damage."""
     step, curve = record.get("step"), record.get("curve")
     if not is_whole(step) or step < 1:
-        raise ValueError(f"{TUNE_STATE_FILE} has step {step!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has step {shown(step)}")
     if not isinstance(curve, list) or not all(isinstance(p, dict) and is_whole(p.get("step")) for p in curve) \
             or not curve or curve[-1]["step"] != step:
         raise ValueError(f"{TUNE_STATE_FILE} has a curve that does not end at its step {step}")
     if not (record.get("loss") is None or is_number(record["loss"])):
-        raise ValueError(f"{TUNE_STATE_FILE} has loss {record['loss']!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has loss {shown(record['loss'])}")
     if not is_number(record.get("seconds")) or record["seconds"] < 0:
-        raise ValueError(f"{TUNE_STATE_FILE} has seconds {record.get('seconds')!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has seconds {shown(record.get('seconds'))}")
     resumed = record.get("resumed_at")
     if not isinstance(resumed, list) or not all(is_whole(s) for s in resumed):
-        raise ValueError(f"{TUNE_STATE_FILE} has resumed_at {resumed!r}")
+        raise ValueError(f"{TUNE_STATE_FILE} has resumed_at {shown(resumed)}")
 
 
 def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], soft: torch.Tensor) -> dict:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_number, is_whole
-from softeval.metrics import answer_counts, upgrade_results, upgrade_sample
-from softeval.protocol import METHODS
+from softeval.errors import shown
+from softeval.metrics import aggregate, answer_counts, upgrade_results, upgrade_sample
+from softeval.protocol import ADAPTER_WEIGHTS, METHODS
 
 # In a finished run folder.
 RESULTS_FILE = "results.json"
@@ -104,6 +106,7 @@ def model_folder(model: str, series: str | None = None) -> str:
 
 
 REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
+DAMAGED = "damaged (rerun it with `softeval run` and the same options)"
 
 
 class RunFormatError(ValueError):
@@ -209,31 +212,91 @@ def samples_digest(text: str) -> dict[str, Any]:
             "samples_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
-def verify_samples(run_dir: Path, results: dict[str, Any]) -> None:
-    """Raise RunFormatError when samples.jsonl is not the file results.json was written with: its
+def verify_run(run_dir: Path, results: dict[str, Any]) -> None:
+    """Raise RunFormatError when a finished run's files do not hold together: samples.jsonl is not the
+    file results.json was written with (``verify_samples``), its items do not have distinct ids, the
+    numbers results.json shows (n, metrics, answers) are not the ones its samples give (an edited
+    results.json), or a soft-prompt run lacks its adapter (soft_prompt/). Each is damage: `softeval run`
+    moves the run aside and scores it again, every reader skips it saying why."""
+    samples = verify_samples(run_dir, results)
+    seen: dict[str, int] = {}
+    for row_no, sample in enumerate(samples, 1):
+        ident = str(sample.get("id"))
+        if ident in seen:
+            raise RunFormatError(f"{SAMPLES_FILE} rows {seen[ident]} and {row_no} are both item {shown(ident)}: "
+                                 "a run's items must have distinct ids (give the data distinct ids, then rerun "
+                                 "it with `softeval run`)")
+        seen[ident] = row_no
+    try:
+        metrics, numbers = aggregate(samples), {"n": len(samples), "answers": answer_counts(samples)}
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunFormatError(f"{SAMPLES_FILE} rows are not scored items ({type(err).__name__}: {err}): "
+                             f"{DAMAGED}") from None
+    # every metric it shows (a run of an older softeval may lack a metric added since)
+    numbers["metrics"] = {name: metrics.get(name) for name in results["metrics"]}
+    for key, expected in numbers.items():
+        if key in results and not _same(results[key], expected):
+            which = _first_difference(results[key], expected, key)
+            raise RunFormatError(f"{RESULTS_FILE} {which}, not what its {SAMPLES_FILE} gives (edited?): {DAMAGED}")
+    adapter = Path(run_dir) / SOFT_PROMPT_FOLDER / ADAPTER_WEIGHTS
+    if results["method"] == "soft-prompt" and not adapter.is_file():
+        raise RunFormatError(f"a soft-prompt run without its adapter ({SOFT_PROMPT_FOLDER}/{ADAPTER_WEIGHTS} is "
+                             f"missing): {DAMAGED}")
+
+
+def _same(recorded: Any, computed: Any) -> bool:
+    """Equal as JSON gives them back, floats to 1e-6: a hand edit shows, a last digit that another
+    computation of the same interval rounds otherwise does not."""
+    if isinstance(computed, dict):
+        return isinstance(recorded, dict) and recorded.keys() == computed.keys() and all(
+            _same(recorded[k], computed[k]) for k in computed)
+    if isinstance(computed, (list, tuple)):
+        return isinstance(recorded, (list, tuple)) and len(recorded) == len(computed) and all(
+            _same(r, c) for r, c in zip(recorded, computed))
+    if isinstance(computed, float) and is_number(recorded):
+        return math.isclose(recorded, computed, rel_tol=1e-6, abs_tol=1e-9)
+    return recorded == computed
+
+
+def _first_difference(recorded: Any, computed: Any, where: str) -> str:
+    """Where ``recorded`` first differs from ``computed``: ``metrics.accuracy.value is 0.99 (the samples
+    give 0.75)``."""
+    if isinstance(computed, dict) and isinstance(recorded, dict):
+        for key in [*computed, *(k for k in recorded if k not in computed)]:
+            if key not in recorded:
+                return f"lacks {where}.{key}"
+            if key not in computed or computed[key] is None:
+                return f"has {where}.{key}, which its samples do not give"
+            if not _same(recorded[key], computed[key]):
+                return _first_difference(recorded[key], computed[key], f"{where}.{key}")
+    return f"says {where} is {shown(recorded)} (the samples give {shown(computed)})"
+
+
+def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """samples.jsonl's rows; RunFormatError when it is not the file results.json was written with: its
     sha256 and row count (recorded since they were), else (older runs) every row JSON and n rows."""
     path = Path(run_dir) / SAMPLES_FILE
-    redo = "damaged (rerun it with `softeval run` and the same options)"
     try:
         data = path.read_bytes()
     except OSError:
-        raise RunFormatError(f"no {SAMPLES_FILE}: {redo}") from None
-    if "samples_sha256" in results:
-        if hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
-            raise RunFormatError(f"{SAMPLES_FILE} does not match the sha256 in {RESULTS_FILE} (torn, cut or "
-                                 f"edited): {redo}")
-        return
-    rows = 0
+        raise RunFormatError(f"no {SAMPLES_FILE}: {DAMAGED}") from None
+    if "samples_sha256" in results and hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
+        raise RunFormatError(f"{SAMPLES_FILE} does not match the sha256 in {RESULTS_FILE} (torn, cut or "
+                             f"edited): {DAMAGED}")
+    rows = []
     for line_no, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
         if line.strip():
             try:
-                json.loads(line)
+                row = json.loads(line)
             except ValueError:
-                raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not JSON (torn): {redo}") from None
-            rows += 1
-    if rows != results["n"]:
-        raise RunFormatError(f"{SAMPLES_FILE} has {rows} rows but {RESULTS_FILE} says n={results['n']}: "
-                             f"{redo}")
+                raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not JSON (torn): {DAMAGED}") from None
+            if not isinstance(row, dict):
+                raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not an object: {DAMAGED}")
+            rows.append(upgrade_sample(row))
+    if len(rows) != results["n"]:
+        raise RunFormatError(f"{SAMPLES_FILE} has {len(rows)} rows but {RESULTS_FILE} says n={results['n']}: "
+                             f"{DAMAGED}")
+    return rows
 
 
 def _answers_from_samples(run_dir: Path) -> dict | None:
@@ -267,11 +330,11 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
     for key, expected in where.items():
         # The writer turns task names into folder names (task files are paths) by folder_name.
         if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
-            raise RunFormatError(f"{RESULTS_FILE} says {key}={results[key]!r} but the folder says "
-                                 f"{expected!r}")
+            raise RunFormatError(f"{RESULTS_FILE} says {key}={shown(results[key])} but the folder says "
+                                 f"{shown(expected)}")
     if results["method"] not in METHODS:
-        raise RunFormatError(f"unknown method {results['method']!r}")
-    verify_samples(run_dir, results)
+        raise RunFormatError(f"unknown method {shown(results['method'])}")
+    verify_run(run_dir, results)
     return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
 
 

@@ -24,11 +24,12 @@ from typing import Any
 
 from softeval.errors import UserError
 from softeval.metrics import top_answer, upgrade_results
-from softeval.protocol import METRICS
+from softeval.protocol import ADAPTER_WEIGHTS, METRICS
 from softeval.store.format import (
     INDEX_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
+    SOFT_PROMPT_FOLDER,
     Run,
     RunFormatError,
     ScanReport,
@@ -278,12 +279,18 @@ def _unbuilt(out_root: Path) -> bool:
 
 
 def _stamp(run_dir: Path) -> str | None:
-    """Size and mtime of the two files a run's numbers come from (None when one is missing)."""
+    """Size and mtime of the two files a run's numbers come from (None when one is missing), and of a
+    soft-prompt run's adapter ('-' when there is none: a deleted one makes the run checked again)."""
     try:
         parts = [os.stat(Path(run_dir) / name) for name in (RESULTS_FILE, SAMPLES_FILE)]
     except OSError:
         return None
-    return ";".join(f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
+    adapter = Path(run_dir) / SOFT_PROMPT_FOLDER / ADAPTER_WEIGHTS
+    try:
+        parts.append(os.stat(adapter))
+    except OSError:
+        parts.append(None)
+    return ";".join("-" if st is None else f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
 
 
 def _row(run: Run) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from softeval.store.format import (
     replaced_folder,
     samples_digest,
     seed_folder,
-    verify_samples,
+    verify_run,
 )
 from softeval.store.locking import file_lock
 from softeval.version import __version__
@@ -184,7 +184,7 @@ class RunFolder:
             return None, None
         try:
             results = load_results(self.final)
-            verify_samples(self.final, results)
+            verify_run(self.final, results)
         except RunFormatError as err:
             return None, str(err)
         return results, None

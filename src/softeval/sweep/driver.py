@@ -37,7 +37,7 @@ from softeval.sweep.worker import SweepWorker, error_line
 class JobState:
     job: SweepJob
     folder: Path
-    state: str = "queued"  # queued, running, done, skipped, failed
+    state: str = "queued"  # queued, running, done, skipped, elsewhere (another process writes it), failed
     node: str = ""
     started: float | None = None
     seconds: float | None = None
@@ -293,6 +293,8 @@ class _Scheduler:
         else:
             if answer.get("error"):
                 self.view.failed(state, answer["error"])
+            elif answer.get("elsewhere"):
+                self.view.elsewhere(state, answer["elsewhere"])
             else:
                 self.view.done(state, answer)
         self._next(worker)

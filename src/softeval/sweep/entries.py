@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_data_file, is_number, is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.lm.models import check_model_name
 from softeval.protocol import KINDS
-from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS, Option
-from softeval.run.validate import check_methods
+from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS
+from softeval.run.validate import check_methods, check_type
 from softeval.sweep.series import discover, from_list
 from softeval.tasks import get_task
 from softeval.tasks.custom import is_task_file
@@ -99,9 +99,10 @@ def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
         if key not in entry:
             continue
         value, row = entry[key], OPTIONS[key]
-        if not _has_type(value, row):
-            types = [row.type] + ([type(None)] if row.nullable else [])
-            raise UserError(f"{where}: '{key}' must be {' or '.join(_type_name(t) for t in types)}, not {value!r}")
+        try:
+            check_type(key, value, SWEEP_FILE)  # its range and choices: when the job's config is checked
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
         options[key] = float(value) if row.type is float else value
     source = options.get("source")
     if source is not None and is_data_file(source):
@@ -116,32 +117,16 @@ def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
     if "seeds" in entry:
         seeds = as_list(entry["seeds"], "seeds", where)
         if not all(is_whole(s) for s in seeds) or len(set(seeds)) != len(seeds):
-            raise UserError(f"{where}: 'seeds' must be distinct whole numbers, not {seeds!r}")
+            raise UserError(f"{where}: 'seeds' must be distinct whole numbers, not {shown(seeds)}")
         options["seeds"] = list(seeds)
     return options
-
-
-def _has_type(value: Any, row: Option) -> bool:
-    """Whether a sweep file's value has the option's type (a whole number is a number; true is not)."""
-    if value is None:
-        return row.nullable
-    if row.type is int:
-        return is_whole(value)
-    if row.type is float:
-        return is_number(value)
-    return isinstance(value, row.type)
-
-
-def _type_name(t: type) -> str:
-    return {int: "a whole number", float: "a number", str: "text", bool: "true or false",
-            type(None): "null"}[t]
 
 
 def model_entry(entry: Any, where: str, here: Path) -> ModelEntry:
     if isinstance(entry, str):
         entry = {"name": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
-        raise UserError(f"{where}: each model must be a name or a mapping with 'name', not {entry!r}")
+        raise UserError(f"{where}: each model must be a name or a mapping with 'name', not {shown(entry)}")
     label = entry["name"]
     at = f"{where}, model {label}"
     check_keys(entry, MODEL_KEYS, at)
@@ -149,7 +134,7 @@ def model_entry(entry: Any, where: str, here: Path) -> ModelEntry:
     name = str(local) if local.exists() else label  # a local folder or .gguf file relative to the file
     kind = entry.get("kind")
     if kind not in (None, *KINDS):
-        raise UserError(f"{at}: kind must be base or post-trained, not {kind!r}")
+        raise UserError(f"{at}: kind must be base or post-trained, not {shown(kind)}")
     partner = entry.get("post_trained")
     if partner is not None and not isinstance(partner, str):
         raise UserError(f"{at}: post_trained must name another model of this sweep")
@@ -161,7 +146,7 @@ def model_entry(entry: Any, where: str, here: Path) -> ModelEntry:
         check_keys(given, RESOURCE_KEYS, f"{at}, resources")
         for key, value in given.items():
             if not is_number(value) or not 0 <= value < math.inf:
-                raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {value!r}")
+                raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {shown(value)}")
         resources = replace(resources, **{k: float(v) for k, v in given.items()})
         if resources.cpus == 0 and not (resources.gpus or 0) > 0:  # Ray: an actor reserving 0 CPUs is bounded by nothing else
             raise UserError(f"{at}: resources.cpus 0 reserves no CPU, so nothing bounds how many workers run at once: "
@@ -177,9 +162,9 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
         raise UserError(f"{where}: a series entry gives 'series' (a folder) or 'checkpoints' (a list), not both")
     given = entry.get("series")
     if "series" in entry and (not isinstance(given, str) or not given.strip()):
-        raise UserError(f"{where}: 'series' must name a folder of checkpoints, not {given!r}")
+        raise UserError(f"{where}: 'series' must name a folder of checkpoints, not {shown(given)}")
     if "name" in entry and (not isinstance(entry["name"], str) or not entry["name"].strip()):
-        raise UserError(f"{where}: a series' 'name' must be text (quote it if it is a number), not {entry['name']!r}")
+        raise UserError(f"{where}: a series' 'name' must be text (quote it if it is a number), not {shown(entry['name'])}")
     name = entry.get("name", Path(given.rstrip("/")).name if given else None)
     if not isinstance(name, str) or not name.strip():
         raise UserError(f"{where}: a series given as 'checkpoints' needs a 'name'")
@@ -188,10 +173,10 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
     checkpoints = discover(resolve(here, given)) if given else from_list(entry["checkpoints"], at, here)
     warm = entry.get("warm_start", "previous")
     if warm not in WARM_STARTS:
-        raise UserError(f"{at}: warm_start must be {' or '.join(WARM_STARTS)}, not {warm!r}")
+        raise UserError(f"{at}: warm_start must be {' or '.join(WARM_STARTS)}, not {shown(warm)}")
     warm_steps = entry.get("warm_steps")
     if warm_steps is not None and (not is_whole(warm_steps) or warm_steps < 1):
-        raise UserError(f"{at}: warm_steps must be a whole number >= 1, not {warm_steps!r}")
+        raise UserError(f"{at}: warm_steps must be a whole number >= 1, not {shown(warm_steps)}")
     base = model_entry({k: v for k, v in entry.items() if k in MODEL_KEYS and k != "name"} | {"name": name}, where, here)
     return [replace(base, name=str(resolve(here, str(c.path))), label=f"{name}@{c.step}", series=name, step=c.step,
                     warm_start=warm == "previous", warm_steps=warm_steps, options=dict(base.options))
@@ -202,7 +187,7 @@ def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
     if isinstance(entry, str):
         entry = {"name": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
-        raise UserError(f"{where}: each task must be a name or a mapping with 'name', not {entry!r}")
+        raise UserError(f"{where}: each task must be a name or a mapping with 'name', not {shown(entry)}")
     at = f"{where}, task {entry['name']}"
     check_keys(entry, TASK_KEYS, at)
     name = str(resolve(here, entry["name"])) if is_task_file(entry["name"]) else entry["name"]
@@ -226,7 +211,7 @@ def check_models(models: list[ModelEntry], where: str) -> None:
             raise UserError(f"{where}: {err}") from None
         if m.post_trained is not None:
             if m.post_trained not in by_label or m.post_trained == m.label:
-                raise UserError(f"{where}: model {m.label}: post_trained {m.post_trained!r} is not another "
+                raise UserError(f"{where}: model {m.label}: post_trained {shown(m.post_trained)} is not another "
                                 f"model of this sweep (models: {', '.join(labels)})")
             partners.append(m.post_trained)
             m.post_trained = by_label[m.post_trained].name

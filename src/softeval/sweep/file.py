@@ -1,9 +1,9 @@
 """The sweep file: which models, tasks, methods and seeds to run, with which `softeval run` options.
 
-A sweep file is YAML (read with ``yaml.safe_load``). Every key is checked: an unknown key is an error
-naming the key and the file, so a typo never silently falls back to a default. Paths in the file
-(``out``, local model folders, task files, data files given as ``source``) are relative to the
-file's folder. The reference is docs/sweeps.md.
+A sweep file is YAML (read with ``yaml.safe_load``, in the bounds of ``softeval.yamlfile``). Every key
+is checked: an unknown key is an error naming the key and the file, so a typo never silently falls
+back to a default. Paths in the file (``out``, local model folders, task files, data files given as
+``source``) are relative to the file's folder. The reference is docs/sweeps.md.
 
 Options are layered: the file's top level, then the model entry, then the task entry (the most
 specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that
@@ -19,9 +19,8 @@ from typing import Any
 import yaml
 
 from softeval.checks import is_whole
-from softeval.errors import UserError
-from softeval.lm.softprompt import ADAPTER_WEIGHTS
-from softeval.protocol import METHODS
+from softeval.errors import UserError, shown
+from softeval.protocol import ADAPTER_WEIGHTS, METHODS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
@@ -40,6 +39,7 @@ from softeval.sweep.entries import (
     series_entries,
     task_entry,
 )
+from softeval.yamlfile import BoundedLoader, read_yaml
 
 TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *SWEEP_OPTIONS}
 DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
@@ -93,17 +93,14 @@ def load_sweep(path: str | Path) -> Sweep:
         raise UserError(f"sweep file not found: {path}")
     if not path.is_file():
         raise UserError(f"sweep file {path} is not a file")
-    try:
-        spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # safe_load, no repeated keys
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"sweep file {path}: not valid YAML ({' '.join(str(err).split())})") from None
+    spec = read_yaml(path, f"sweep file {path}", _StrictLoader)  # bounded safe_load, no repeated keys
     return parse_sweep(spec, path)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that a key given twice in one mapping is an error (YAML keeps the last one
-    silently, so `steps: 80` further down would quietly win). Merge keys (``<<: *shared``) work as in
-    yaml.safe_load: a key written in the mapping overrides the merged one."""
+class _StrictLoader(BoundedLoader):
+    """yaml.safe_load (in softeval.yamlfile's bounds), except that a key given twice in one mapping is an
+    error (YAML keeps the last one silently, so `steps: 80` further down would quietly win). Merge keys
+    (``<<: *shared``) work as in yaml.safe_load: a key written in the mapping overrides the merged one."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -136,13 +133,13 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
     shared = level_options(spec, where, here)
     retries = spec.get("retries", DEFAULT_RETRIES)
     if not is_whole(retries) or retries < 0:
-        raise UserError(f"{where}: 'retries' must be a whole number >= 0, not {retries!r}")
+        raise UserError(f"{where}: 'retries' must be a whole number >= 0, not {shown(retries)}")
     models, series_names = [], []
     for entry in as_list(spec["models"], "models", where):
         if isinstance(entry, dict) and ("series" in entry or "checkpoints" in entry):
             checkpoints = series_entries(entry, where, here)
             if checkpoints[0].series in series_names:
-                raise UserError(f"{where}: two series are named {checkpoints[0].series!r}: give each a distinct 'name'")
+                raise UserError(f"{where}: two series are named {shown(checkpoints[0].series)}: give each a distinct 'name'")
             series_names.append(checkpoints[0].series)
             models += checkpoints
         else:
@@ -185,7 +182,7 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
         final = run_folder(job.config, job.method)[0].final
         if final in seen:
             other = seen[final].model
-            raise UserError(f"{where}: models {other.label!r} and {job.model.label!r} would write the same run "
+            raise UserError(f"{where}: models {shown(other.label)} and {shown(job.model.label)} would write the same run "
                             f"folders ({final.parent.parent.parent.name}/...): give one folder another name, "
                             "list the model once, or use two sweeps with different out folders")
         seen[final] = job

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softeval.checks import is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.lm.models import MODEL_CONFIG
 
 # The step is the number at the end of the name, after one of these words (or the whole name).
@@ -79,14 +79,14 @@ def from_list(entries: list, where: str, base: Path | None = None) -> list[Check
             entry = {"path": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
                 or set(entry) - {"path", "step"}:
-            raise UserError(f"{where}: each checkpoint must be a mapping with 'path' and 'step', not {entry!r}")
+            raise UserError(f"{where}: each checkpoint must be a mapping with 'path' and 'step', not {shown(entry)}")
         path = Path(entry["path"])
         if base is not None and not path.is_absolute():
             path = base / path
         step = entry.get("step", step_of(path.name))
         if not is_whole(step) or step < 0:
             raise UserError(f"{where}: checkpoint {entry['path']}: 'step' must be a whole number >= 0 "
-                            f"(its name gives none), not {step!r}")
+                            f"(its name gives none), not {shown(step)}")
         if step in checkpoints:
             raise UserError(f"{where}: two checkpoints for step {step}: {checkpoints[step].path} and {path}")
         checkpoints[step] = Checkpoint(step, path)

@@ -17,7 +17,11 @@ from rich.text import Text
 
 from softeval.store.format import folder_name
 
-STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "failed": "bold red"}
+STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "elsewhere": "yellow",
+         "failed": "bold red"}
+SUMMED = ("done", "skipped", "elsewhere", "failed")  # the states a finished sweep counts
+ELSEWHERE = ("being written by another process (a sweep or `softeval run` on the same out), not run here: "
+             "see its result there, or set `wait: true` to wait for such runs")
 
 
 def task_name(task: str) -> str:
@@ -94,7 +98,7 @@ class SweepView:
     def _render(self):
         counts = Counter(s.state for s in self.states)
         head = Text(f"sweep: {time.time() - self.started:.0f}s, " + ", ".join(
-            f"{counts[k]} {k}" for k in ("running", "queued", "done", "skipped", "failed") if counts[k]))
+            f"{counts[k]} {k}" for k in ("running", "queued", *SUMMED) if counts[k]))
         rows = self.console.size.height - 8
         active = [s for s in self.states if s.state in ("running", "failed")]
         active += [s for s in self.states if s.state == "queued"][:max(0, rows - len(active))]
@@ -132,6 +136,12 @@ class SweepView:
         state.state, state.error = "failed", error
         self._event("failed", state, None, f"failed   {self._name(state)}: {error}")
 
+    def elsewhere(self, state, holder: str) -> None:
+        """Another process holds the job's run lock: its run, reported as such and not as a failure."""
+        state.seconds = time.time() - state.started
+        state.state, state.error = "elsewhere", f"being written by {holder}"
+        self._event("elsewhere", state, None, f"elsewhere {self._name(state)}: {state.error}")
+
     def retry(self, state, info: dict, why: str) -> None:
         state.state, state.started = "queued", None
         self._event("retry", state, info, f"retry    {self._name(state)}: its worker ({node_name(info)}) died "
@@ -140,9 +150,11 @@ class SweepView:
     def summary(self, result) -> None:
         counts = Counter(s.state for s in result.states)
         self.console.print(job_table(result.states, f"sweep finished in {result.seconds:.0f}s"))
-        self.console.print(", ".join(f"{counts[k]} {k}" for k in ("done", "skipped", "failed") if counts[k])
+        self.console.print(", ".join(f"{counts[k]} {k}" for k in SUMMED if counts[k])
                            + f"; {sum(s.retries for s in result.states)} retried after a worker died",
                            markup=False, highlight=False)
+        if counts["elsewhere"]:
+            self.console.print(f"{counts['elsewhere']} elsewhere: {ELSEWHERE}", markup=False, highlight=False)
         for note in result.notes:
             self.console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
         for label, path in (("compare", result.compare_path), ("report", result.report_path)):

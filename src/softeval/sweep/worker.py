@@ -20,6 +20,7 @@ from rich.console import Console
 
 from softeval.errors import UserError
 from softeval.run import pipeline  # its functions looked up at call time: tests replace them
+from softeval.store.locking import Locked, describe
 from softeval.store.runs import OtherSettings
 
 
@@ -96,6 +97,10 @@ class SweepWorker:
             skipped: list[str] = []  # finished by another process while this job waited for its lock
             try:
                 results = pipeline.run_job(config, console=console, lm=self.lm, on_skip=skipped.append, command=command)
+            except Locked as err:  # another process writes this run (without `wait: true`): its run, not a failure
+                console.print(str(err), markup=False)
+                return {"elsewhere": describe(err.holder), "seconds": round(time.time() - started, 2),
+                        "pid": os.getpid()}
             except Exception as err:  # reported as a plain line: not every exception survives pickling
                 log.write(traceback.format_exc())
                 if isinstance(err, OtherSettings):

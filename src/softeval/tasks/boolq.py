@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.tasks.base import (
     Example,
     Task,
@@ -37,7 +37,7 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
     else:
         gold = _WORDS.get(str(answer).strip().lower(), "") or {"1": "yes", "0": "no"}.get(str(answer).strip(), "")
     if not gold:
-        raise UserError(f"{where}: row {index} has answer {answer!r} outside its options (yes/no, true/false)")
+        raise UserError(f"{where}: row {index} has answer {shown(answer)} outside its options (yes/no, true/false)")
     question = str(row["question"]).strip()
     question = question[:1].upper() + question[1:] + ("" if question.endswith("?") else "?")
     return Example(id=ident, fields={"passage": str(row["passage"]), "question": question}, gold=gold)

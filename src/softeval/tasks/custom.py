@@ -1,6 +1,6 @@
 """User-defined tasks from a YAML or JSON file, without code (schema: docs/tasks.md).
 
-The file is read with ``yaml.safe_load`` (JSON is YAML), templates are rendered by a sandboxed Jinja
+The file is read with ``yaml.safe_load`` (JSON is YAML) within the bounds of ``softeval.yamlfile``, templates are rendered by a sandboxed Jinja
 environment with ``StrictUndefined`` (no attribute tricks, no code, a missing variable is an error),
 and regexes are compiled once. Every row is checked when the task loads: a missing field, an answer
 outside the options or a template that cannot be filled is an error naming the file and the row (or,
@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import regex
-import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from softeval.checks import is_number, is_whole
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.tasks.base import (
     LETTERS,
     Example,
@@ -36,6 +35,7 @@ from softeval.tasks.base import (
 from softeval.tasks.data import convert_rows, held_out_split, read_local, require_fields
 from softeval.tasks.gsm8k import lenient as lenient_last_number
 from softeval.tasks.qa import f1_max, lenient_contains, match_any
+from softeval.yamlfile import read_yaml
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MATCHERS = ("exact", "numeric", "f1")
@@ -66,10 +66,7 @@ def _fail(path: Path, problem: str) -> UserError:
 def _read_spec(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"task file not found: {path}")
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
-        raise _fail(path, f"not valid YAML/JSON ({err})") from None
+    spec = read_yaml(path, f"task file {path}")
     if not isinstance(spec, dict):
         raise _fail(path, "must be a mapping of settings (see docs/tasks.md)")
     unknown = sorted(str(k) for k in set(spec) - KEYS)
@@ -81,8 +78,7 @@ def _read_spec(path: Path) -> dict:
         raise _fail(path, f"lacks the required setting(s) {', '.join(missing)}")
     for key, value in spec.items():
         if not _typed(key, value):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise _fail(path, f"{key} must be {SCHEMA[key]}, not {type(value).__name__} {shown}")
+            raise _fail(path, f"{key} must be {SCHEMA[key]}, not {type(value).__name__} {shown(value)}")
     return spec
 
 
@@ -133,7 +129,7 @@ def _extract(pattern: regex.Pattern, output: str, example: Example) -> str | Non
     try:
         found = pattern.search(output, timeout=REGEX_SECONDS)
     except TimeoutError:
-        raise Unscorable(f"the regex {pattern.pattern!r} ran past {REGEX_SECONDS} s on this output") from None
+        raise Unscorable(f"the regex {shown(pattern.pattern)} ran past {REGEX_SECONDS} s on this output") from None
     if not found:
         return None
     value = next((g for g in found.groups() if g is not None), None) if found.groups() else found.group(0)
@@ -155,7 +151,7 @@ def load_task_file(path: str | Path) -> Task:
     base = path.resolve().parent
     matcher = spec.get("matcher", "exact")
     if matcher not in MATCHERS:
-        raise _fail(path, f"matcher {matcher!r} is not one of {', '.join(MATCHERS)}")
+        raise _fail(path, f"matcher {shown(matcher)} is not one of {', '.join(MATCHERS)}")
     prompt = _template(path, spec, "prompt")
     target_t = _template(path, spec, "target", " {{ gold }}")
     cloze_t = _template(path, spec, "cloze_prompt") if spec.get("cloze_prompt") is not None else prompt
@@ -190,7 +186,7 @@ def load_task_file(path: str | Path) -> Task:
         elif matcher == "numeric":
             gold = normalize_number(str(answer)) or ""
             if not gold:
-                raise UserError(f"{where}: row {index} has answer {answer!r}, which is not a number")
+                raise UserError(f"{where}: row {index} has answer {shown(answer)}, which is not a number")
         else:
             gold = str(answer).strip()
             if not gold:
@@ -267,14 +263,14 @@ def _split_rule(path: Path, rule: dict) -> tuple[int, int | None, float | None]:
         raise _fail(path, "split must be a mapping with seed and n_tune or fraction")
     seed = rule.get("seed", DEFAULT_SEED)
     if not is_whole(seed):
-        raise _fail(path, f"split.seed must be a whole number, not {seed!r}")
+        raise _fail(path, f"split.seed must be a whole number, not {shown(seed)}")
     if "n_tune" in rule and "fraction" in rule:
         raise _fail(path, "split: give n_tune or fraction, not both")
     n_tune, fraction = rule.get("n_tune"), rule.get("fraction")
     if n_tune is not None and (not is_whole(n_tune) or n_tune < 1):
-        raise _fail(path, f"split.n_tune must be a whole number of at least 1, not {n_tune!r}")
+        raise _fail(path, f"split.n_tune must be a whole number of at least 1, not {shown(n_tune)}")
     if fraction is not None and (not is_number(fraction) or not 0 < fraction < 1):
-        raise _fail(path, f"split.fraction must be between 0 and 1, not {fraction!r}")
+        raise _fail(path, f"split.fraction must be between 0 and 1, not {shown(fraction)}")
     return seed, n_tune, fraction
 
 

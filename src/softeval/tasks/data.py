@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 
 LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet", ".arrow")
 
@@ -129,10 +129,13 @@ def read_hub(dataset: str, config: str | None, split: str) -> list[dict]:
 
 
 def require_fields(row: dict, fields: Iterable[str], where: str, index: int) -> None:
-    """A row missing a field is an error that names the file and the row."""
-    missing = [f for f in fields if f not in row or row[f] is None]
+    """A row missing a field, or with one set to null, is an error that names the file, the row and the field."""
+    missing = [f for f in fields if f not in row]
     if missing:
         raise UserError(f"{where}: row {index} lacks field(s) {', '.join(missing)} (has: {', '.join(row)})")
+    null = [f for f in fields if row[f] is None]
+    if null:
+        raise UserError(f"{where}: row {index} has field(s) {', '.join(null)} set to null: give each a value")
 
 
 def held_out_split(n: int, n_tune: int, seed: int) -> tuple[list[int], list[int]]:
@@ -158,16 +161,24 @@ def convert_rows(rows: Sequence, convert, where: str, skip_bad_rows: bool = Fals
 
     A bad row (``convert`` raises UserError, or the row is no object) stops the load with an error that
     names ``where`` and the row, unless ``skip_bad_rows``: then it is skipped and counted, never dropped
-    silently (the count goes to ``Splits.skipped_rows`` and so into results.json).
+    silently (the count goes to ``Splits.skipped_rows`` and so into results.json). Two rows with one
+    item id always stop it, naming the id and both rows: runs and comparisons key items by id.
     """
     examples, skipped = [], 0
+    rows_of: dict[str, int] = {}  # item id -> its row
     for index, row in enumerate(rows):
         try:
             if not isinstance(row, dict):
                 raise UserError(f"{where}: row {index} is not an object with named fields ({type(row).__name__})")
-            examples.append(convert(row, index))
+            example = convert(row, index)
         except UserError:
             if not skip_bad_rows:
                 raise
             skipped += 1
+            continue
+        if example.id in rows_of:  # never skipped: which of the two rows is the item?
+            raise UserError(f"{where}: rows {rows_of[example.id]} and {index} have the same id {shown(example.id)}: "
+                            "each item needs its own id (runs pair items by id), so fix or drop one of them")
+        rows_of[example.id] = index
+        examples.append(example)
     return examples, skipped
