@@ -86,8 +86,10 @@ def test_encode_pair_moves_only_spaces_and_keeps_the_context_as_the_model_reads_
                                          ("smollm2-135m-instruct", False)])
 def test_tokenisation_at_the_seam_with_real_tokenizers(preset, chat):
     """Gemma's SentencePiece vocabulary and SmolLM2's byte-level BPE: on real MMLU items, prompt +
-    target and prompt + option are exactly the joint encoding; a prompt ending in a space (as a task
-    file may write it) gets the letter with its space as one token, not a space piece then a letter."""
+    target and prompt + option are exactly the joint encoding (under the chat template the prompt ends
+    with the cue "Answer:" in the assistant's turn, so the letter keeps its space there too); a prompt
+    ending in a space (as a task file may write it) gets the letter with its space as one token, not a
+    space piece then a letter."""
     from softeval.lm.models import PRESETS, load_model, preset_installed
     from softeval.packaged import package_dir
     from softeval.tasks import get_task
@@ -103,11 +105,10 @@ def test_tokenisation_at_the_seam_with_real_tokenizers(preset, chat):
         for method in ("zero-shot", "few-shot"):
             prompt = prompter.ids(e, method)
             text = prompter.text(e, method)
-            target = mmlu.target(e).lstrip() if chat else mmlu.target(e)
-            joint = tok(text + target, add_special_tokens=not chat).input_ids
+            assert text.endswith("\nAnswer:")
+            joint = tok(text + mmlu.target(e), add_special_tokens=not chat).input_ids
             assert prompt + prompter.target_ids(e, method)[:-1] == joint
             for cont, option in zip(mmlu.continuations(e), prompter.option_ids(e, method)):
-                cont = cont.lstrip() if chat else cont
                 assert prompt + option == tok(text + cont, add_special_tokens=not chat).input_ids
     spaced = Prompter(lm, mc_task("Answer: ", ""), chat=False, shots=[])
     target = spaced.target_ids(ITEM)[:-1]

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
+
+from jinja2 import TemplateError
 
 from softeval.errors import UserError
 from softeval.lm.models import end_of_turn_id
@@ -50,15 +53,28 @@ class Prompter:
     def full_text(self, example: Example, method: str) -> str:
         """The rendered prompt (instruction, shots, item; in the chat template when it is on)."""
         check_methods((method,))
-        parts = [self.task.instruction]
-        if method == "few-shot":
-            parts += [self.task.render(s) + self.task.target(s) for s in self.shots]
-        parts.append(self.task.render(example))
-        body = "\n\n".join(p for p in parts if p)
-        if self.chat:
-            return self.lm.tokenizer.apply_chat_template(
-                [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False)
-        return body
+        shots = self.shots if method == "few-shot" else []
+        return self._assemble(self.task.instruction, [(self.task.render(s), self.task.target(s)) for s in shots],
+                              self.task.render(example))
+
+    def _assemble(self, instruction: str, solved: list[tuple[str, str]], item: str) -> str:
+        """Without a chat template: instruction, solved shots and the item as one text, blank lines
+        between. With one, as lm-eval's ``--apply_chat_template --fewshot_as_multiturn`` builds it:
+        the instruction as the system turn, each shot a user turn and its answer an assistant turn,
+        the item a user turn; the task's answer cue (``Task.split_cue``) opens each assistant turn,
+        so the item's prompt ends with the cue in the assistant's turn (lm-eval's ``gen_prefix``)."""
+        if not self.chat:
+            return "\n\n".join(p for p in [instruction, *(q + a for q, a in solved), item] if p)
+        turns = []
+        for question, answer in solved:
+            question, cue = self.task.split_cue(question)
+            turns += [{"role": "user", "content": question},
+                      {"role": "assistant", "content": cue + answer if cue else answer.lstrip()}]
+        question, cue = self.task.split_cue(item)
+        turns.append({"role": "user", "content": question})
+        if cue:
+            turns.append({"role": "assistant", "content": cue})
+        return chat_text(self.lm.tokenizer, instruction, turns)
 
     def text(self, example: Example, method: str) -> str:
         """The prompt the model reads: trailing spaces go to the answer (``encode_pair``), so the
@@ -82,9 +98,7 @@ class Prompter:
     def target_ids(self, example: Example, method: str = "soft-prompt") -> list[int]:
         """The answer in the required format, then the end-of-answer token: what the soft prompt is
         tuned to produce, cut from the joint encoding of prompt + answer (``encode_pair``)."""
-        text = self.task.target(example)
-        if self.chat:
-            text = text.lstrip()
+        text = self._after(self.task.render(example), self.task.target(example))
         ids = self.continuation_ids(example, method, text)
         end = end_of_answer_id(self.lm, self.chat)
         return ids + [end] if end is not None else ids
@@ -94,32 +108,30 @@ class Prompter:
         return encode_pair(self.lm.tokenizer, self.full_text(example, method), continuation,
                            special=not self.chat)[1]
 
+    def _after(self, item: str, continuation: str) -> str:
+        """``continuation`` as written after the item's prompt ``item``: a chat prompt without the
+        cue ends at the template's generation prompt, a new line, so the continuation's leading
+        spaces go; after a cue (or without a chat template) it keeps them (``"Answer:" + " B"``)."""
+        return continuation.lstrip() if self.chat and not self.task.split_cue(item)[1] else continuation
+
     def encode(self, text: str, special: bool) -> list[int]:
         return list(self.lm.tokenizer(text, add_special_tokens=special).input_ids)
 
     def option_ids(self, example: Example, method: str = "zero-shot") -> list[list[int]]:
         """Each option continuation's ids after the item's prompt (``encode_pair``); the seam is the
         same under every method (the item comes last), so the zero-shot prompt stands for all."""
-        conts = self.task.continuations(example)
-        if self.chat:
-            conts = [c.lstrip() for c in conts]
+        conts = [self._after(self.task.render(example), c) for c in self.task.continuations(example)]
         return [self.continuation_ids(example, method, c) for c in conts]
 
     def cloze_text(self, example: Example, method: str) -> str:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
         puts the shots before it in the same form, each with its gold option's text."""
         check_methods((method,))
-        parts = []
-        if method == "few-shot":
-            for shot in self.shots:
-                texts, gold = self.task.cloze_options(shot)
-                parts.append(self.task.cloze(shot) + " " + texts[gold])
-        parts.append(self.task.cloze(example))
-        body = "\n\n".join(parts)
-        if self.chat:
-            return self.lm.tokenizer.apply_chat_template(
-                [{"role": "user", "content": body}], add_generation_prompt=True, tokenize=False)
-        return body
+        solved = []
+        for shot in self.shots if method == "few-shot" else []:
+            texts, gold = self.task.cloze_options(shot)
+            solved.append((self.task.cloze(shot), " " + texts[gold]))
+        return self._assemble("", solved, self.task.cloze(example))
 
     def cloze_ids(self, example: Example, method: str) -> tuple[list[int], list[list[int]]]:
         """The cloze context's ids and each option's ids (``" " + text``), each option encoded jointly
@@ -127,10 +139,27 @@ class Prompter:
         the space or the first characters across the seam gives the ids the model would read."""
         context = self.cloze_text(example, method)
         texts, _gold = self.task.cloze_options(example)
-        pairs = [encode_pair(self.lm.tokenizer, context, t if self.chat else " " + t, special=not self.chat)
-                 for t in texts]
+        pairs = [encode_pair(self.lm.tokenizer, context, self._after(self.task.cloze(example), " " + t),
+                             special=not self.chat) for t in texts]
         ctx = pairs[0][0]
         return self._fit(ctx, example), [cont for _ctx, cont in pairs]
+
+
+def chat_text(tokenizer, instruction: str, turns: list[dict]) -> str:
+    """``turns`` in the tokenizer's chat template, the instruction as the system turn (folded into the
+    first user turn where the template refuses a system role, as Gemma 2's). A last assistant turn
+    (the cue) is left open for the model to continue (``continue_final_message``); else the
+    template's generation prompt ends the text."""
+    open_turn = turns[-1]["role"] == "assistant"
+    render = partial(tokenizer.apply_chat_template, tokenize=False, add_generation_prompt=not open_turn,
+                     continue_final_message=open_turn)
+    if not instruction:
+        return render(turns)
+    try:
+        return render([{"role": "system", "content": instruction}, *turns])
+    except TemplateError:
+        first = {**turns[0], "content": instruction + "\n\n" + turns[0]["content"]}
+        return render([first, *turns[1:]])
 
 
 def end_of_answer_id(lm, chat: bool) -> int | None:

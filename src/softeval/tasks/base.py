@@ -87,6 +87,10 @@ class Task:
     # The option texts scored after the cloze prompt and the gold one's index; default: the
     # example's options and its gold letter.
     cloze_choices: Callable[[Example], tuple[list[str], int]] | None = None
+    # The answer cue a rendered prompt (or cloze prompt) ends with, on its own last line. Under a chat
+    # template it opens the assistant's turn instead of ending the user's (lm-eval's ``gen_prefix``);
+    # a prompt that does not end with it is shown whole in the user's turn. "": no cue.
+    cue: str = "Answer:"
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""
@@ -101,6 +105,15 @@ class Task:
         if self.cloze_choices is not None:
             return self.cloze_choices(example)
         return [str(o).strip() for o in example.options], LETTERS.index(example.gold)
+
+    def split_cue(self, prompt: str) -> tuple[str, str]:
+        """``prompt`` without its answer cue, and the cue ("" when the prompt does not end with the
+        cue on a line of its own): ``"Question: ...\nAnswer:"`` -> ``("Question: ...", "Answer:")``."""
+        cue = self.cue
+        head = prompt.rstrip(" ")
+        if cue and head.endswith(cue) and (len(head) == len(cue) or head[-len(cue) - 1] == "\n"):
+            return head[:-len(cue)].rstrip(), cue
+        return prompt, ""
 
 
 def drop_test_duplicates(splits: Splits, render: Callable[[Example], str]) -> Splits:

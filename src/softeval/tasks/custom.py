@@ -239,7 +239,15 @@ def load_task_file(path: str | Path) -> Task:
         sources=("file",),
         extra={"f1": f1_max, "task_file": str(path)} if matcher == "f1" else {"task_file": str(path)},
         cloze=(lambda e: cloze_t.render(_variables(e))) if multiple_choice else None,
+        cue=prompt_cue(spec["prompt"]),
     )
+
+
+def prompt_cue(prompt: str) -> str:
+    """A task file's answer cue: the prompt template's last line when it is plain text (no template
+    syntax), e.g. ``A:`` of ``Q: {{ question }}\nA:``; else none."""
+    head, newline, last = prompt.rstrip(" ").rpartition("\n")
+    return last.strip() if newline and last.strip() and "{" not in last and head.strip() else ""
 
 
 def _convert(row: dict, index: int, *, to_example, where: str) -> Example:

@@ -141,4 +141,5 @@ TASK = Task(
     load=load,
     stop=("\n\nProblem:", "Problem:"),
     max_new_tokens=512,
+    cue="Solution:",
 )
