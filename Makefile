@@ -19,9 +19,12 @@ $(BIN)/softeval: pyproject.toml
 
 setup: $(BIN)/softeval
 
-# Main job: the packaged default model on real MMLU items, all three methods, a table at the end.
+# Main job: the packaged base model on real SQuAD items, where the answer format hides what the model
+# can read off the passage; all three methods, a table and a verdict in words at the end (README).
+# SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw.
+SEED ?= 0
 run: setup
-	$(BIN)/softeval run --model smollm2-135m-instruct --task mmlu --limit 100
+	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --seed $(SEED)
 
 # The layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
