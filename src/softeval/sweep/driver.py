@@ -29,6 +29,7 @@ from softeval.run.validate import check_out
 from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
 from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
+from softeval.sweep.ray_token import use_token_if_any
 from softeval.sweep.view import SweepView
 from softeval.sweep.worker import SweepWorker, error_line
 
@@ -115,6 +116,7 @@ def _connect(address: str | None):
 
     if address:
         check_reachable(address)
+        use_token_if_any(address)
     if ray.is_initialized():
         return ray, False
     try:
