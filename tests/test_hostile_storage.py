@@ -1,0 +1,129 @@
+"""Storage a hostile user finds (issue 24, item 4): a disk that fills up mid-run, a read-only runs
+folder, a model file cut short. Each is one line and exit 2, and nothing is damaged."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+from tiny import tiny_lm
+
+from softeval import cli
+from softeval.run import pipeline, validate
+
+ARGS = ["run", "--model", "tiny-0", "--task", "toyformat", "--method", "soft-prompt", "--limit", "4",
+        "--steps", "2", "--tokens", "2", "--lr", "0.1", "--curve-every", "2", "--curve-items", "2",
+        "--eval-batch-size", "3"]
+
+
+def error_line(err: str) -> str:
+    """The one error line a run ends with (after its progress lines), no traceback."""
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], err
+    return lines[-1]
+
+
+REAL_OPEN = Path.open
+
+
+class FullDisk:
+    """Every file written through ``Path.open`` under ``root`` shares ``free`` bytes; the write that does
+    not fit writes what fits and fails with ENOSPC, as a full filesystem does. ``free=None``: no limit,
+    only ``writes`` (file name, bytes) recorded."""
+
+    def __init__(self, root: Path, free: int | None):
+        self.root, self.free, self.writes, self.failed = root, free, [], None
+
+    def install(self, monkeypatch) -> None:
+        def open_(path, mode="r", *args, **kwargs):
+            handle = REAL_OPEN(path, mode, *args, **kwargs)
+            inside = Path(os.path.abspath(path)).is_relative_to(self.root)
+            return _Metered(handle, self, Path(path).name) if inside and set(mode) & set("wax") else handle
+
+        monkeypatch.setattr(Path, "open", open_)
+
+
+class _Metered:
+    def __init__(self, handle, disk: FullDisk, name: str):
+        self.handle, self.disk, self.name = handle, disk, name
+
+    def write(self, data):
+        size = len(data.encode() if isinstance(data, str) else data)
+        self.disk.writes.append((self.name, size))
+        if self.disk.free is not None and size > self.disk.free:
+            self.handle.write(data[:self.disk.free])
+            self.disk.free, self.disk.failed = 0, self.name
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.disk.free is not None:
+            self.disk.free -= size
+        return self.handle.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self.handle.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
+@pytest.fixture
+def tiny_run(toy, monkeypatch):
+    monkeypatch.setattr(pipeline, "load_model", lambda name, **kw: tiny_lm())
+    monkeypatch.setattr(validate, "check_model_name", lambda name: None)  # 'tiny-0': no preset, folder or id
+    monkeypatch.setattr(pipeline, "SAVE_EVERY", 2)  # two scoring chunks: outputs.jsonl is appended twice
+
+
+def _files(run: Path) -> dict:
+    results = json.loads((run / "results.json").read_text())
+    for key in ("started_at", "finished_at", "wall_seconds", "git", "config"):
+        results.pop(key)
+    results["tuning"].pop("seconds")
+    results["tuning"].pop("resumed_at_steps")
+    return {"results": results, "samples": (run / "samples.jsonl").read_bytes(),
+            "curve": (run / "curve.jsonl").read_bytes(),
+            "soft_prompt": (run / "soft_prompt" / "adapter_model.safetensors").read_bytes()}
+
+
+def test_a_disk_that_fills_up_at_any_write_is_one_line_and_a_rerun_completes(tiny_run, tmp_path, capsys,
+                                                                             monkeypatch):
+    """The disk fills up in the tuning checkpoint, the soft prompt, the scoring outputs or samples.jsonl:
+    one line naming the run folder and the space left, exit 2 (it was a traceback:
+    SafetensorError from the checkpoint, OSError from the outputs); the same command after freeing space
+    finishes with the results of a run that never hit a full disk."""
+    clean = FullDisk(tmp_path / "clean", None)
+    clean.install(monkeypatch)
+    assert cli.main([*ARGS, "--out", str(clean.root)]) == 0
+    run = "tiny-0/toyformat/soft-prompt/seed0"
+    reference = _files(clean.root / run)
+    order = []  # each file's first write, and the bytes written before it
+    for i, (name, _) in enumerate(clean.writes):
+        if name not in (n for n, _ in order):
+            order.append((name, sum(size for _, size in clean.writes[:i])))
+    names = [name for name, _ in order]
+    points = ("tune_state-2.safetensors.tmp", "adapter_model.safetensors.tmp", "outputs.jsonl", "samples.jsonl.tmp")
+    assert set(points) <= set(names), names
+    capsys.readouterr()
+    for k, (name, before) in enumerate(order):
+        if name not in points:
+            continue
+        out = tmp_path / f"full{k}"
+        disk = FullDisk(out, before + 5)  # the disk is full 5 bytes into this file
+        disk.install(monkeypatch)
+        assert cli.main([*ARGS, "--out", str(out)]) == 2, name
+        line = error_line(capsys.readouterr().err)
+        assert disk.failed == name
+        assert line.startswith(f"error: no space left on the device: could not write the run files in {out / run}"
+                               ".partial (") and " free of " in line and f"on the filesystem of {out}). " in line
+        assert line.endswith(f"Free some space there and run the same command again: it resumes from what "
+                             f"{out / run}.partial holds"), line
+        assert not (out / run).exists()
+        FullDisk(out, None).install(monkeypatch)  # space freed
+        assert cli.main([*ARGS, "--out", str(out)]) == 0, capsys.readouterr().err
+        assert _files(out / run) == reference, name
+        assert not [p for p in out.rglob("*") if p.name.endswith((".partial", ".lock", ".tmp"))], name
