@@ -25,6 +25,7 @@ from rich.console import Console
 from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
 from softeval.errors import UserError
 from softeval.run import pipeline
+from softeval.run.config import SWEEP_FILE
 from softeval.run.validate import check_out
 from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
 from softeval.store.runs import OtherSettings
@@ -93,7 +94,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
     view = SweepView(console, states, on_event)
     todo = [s for s in states if s.state == "queued"]
     if todo:
-        check_out(str(sweep.out))  # without creating it: the workers' probe does, once the cluster fits
+        check_out(str(sweep.out), SWEEP_FILE)  # without creating it: the workers' probe does, once the cluster fits
         ray, own = _connect(address)
         try:
             _check_cluster(ray, [m for m in sweep.models if any(s.job.model is m for s in todo)])
