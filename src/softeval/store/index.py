@@ -239,7 +239,7 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     its index opened read-only, or from its run folders when it has no usable index.
     """
     out_root = Path(out_root)
-    if write_refusal(out_root):
+    if out_root.is_dir() and write_refusal(out_root):
         return _fresh(out_root, _read_only_rows(out_root, on_skip), on_skip, writable=False)
     if _unbuilt(out_root):
         for path, why in rebuild(out_root).skipped:
