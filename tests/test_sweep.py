@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -511,3 +515,69 @@ def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     assert error_line(UserError(long_fix)).endswith("Set another 'out'.")
     cut = error_line(RuntimeError("x" * 2000))
     assert len(cut) == FOREIGN_ERROR_CHARS and cut.startswith("RuntimeError: xxx") and cut.endswith("…")
+
+
+def _ray_start_head(tmp_path: Path, env: dict) -> tuple[subprocess.Popen, int]:
+    """`ray start --head --block` on 127.0.0.1 (one CPU, no dashboard), once it is up: the process, its port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "head.log"
+    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                             f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                             "--include-dashboard=false", "--disable-usage-stats"],
+                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 90
+    while "block forever" not in log.read_text():
+        assert head.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.2)
+    return head, port
+
+
+JOIN = """
+import os, sys
+from ray._raylet import AuthenticationTokenLoader
+from softeval.errors import UserError
+from softeval.sweep.driver import _connect
+address, home, stranger = sys.argv[1:]
+os.environ["HOME"] = stranger
+try:
+    _connect(address)
+except UserError as err:
+    print("refused:", err)
+os.environ["HOME"] = home
+AuthenticationTokenLoader.instance().reset_cache()
+ray, _ = _connect(address)
+print(ray.get(ray.remote(num_cpus=1)(lambda: "a task ran on").remote()), ray.cluster_resources()["CPU"], "CPU")
+"""
+
+
+@pytest.mark.slow
+def test_the_sweep_joins_a_ray_start_cluster_with_token_authentication_by_host_port(tmp_path):
+    """Ray's plain `ray start --head` turns token authentication on when the machine has a token
+    (~/.ray/auth_token; a local sweep writes one). The sweep's `--address HOST:PORT` joins it with that
+    token; a machine without it gets one line naming the fix (Ray would log Unauthenticated for 20 s).
+    The driver's join in a child process (this one is joined to the suite's cluster); the sweep over a
+    joined cluster is the other tests'."""
+    pytest.importorskip("ray._raylet").AuthenticationTokenLoader  # noqa: B018 - a Ray with token authentication
+    home, stranger = tmp_path / "home", tmp_path / "stranger"
+    (home / ".ray").mkdir(parents=True)
+    stranger.mkdir()
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "HOME": str(home),
+           "PYTHONPATH": str(Path(cli.__file__).resolve().parents[2]),
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}  # stopped at once, not after a 30 s drain
+    head, port = _ray_start_head(tmp_path, env)
+    try:
+        joined = subprocess.run([sys.executable, "-c", JOIN, f"127.0.0.1:{port}", str(home), str(stranger)],
+                                env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert joined.stdout.splitlines() == [
+        f"refused: the Ray cluster at 127.0.0.1:{port} uses token authentication and this machine has no Ray "
+        "token: copy the head node's ~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN to its content), "
+        "see 'A Ray cluster' in docs/sweeps.md",
+        "a task ran on 1.0 CPU"], joined.stderr[-3000:]
+    assert "Unauthenticated" not in joined.stderr

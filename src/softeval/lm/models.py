@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
@@ -343,6 +344,9 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
             model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
     except (OSError, ValueError) as err:  # missing files, no hub access, gated repo; a config or tokenizer
         raise UserError(f"could not load model {shown(name)}: {err}") from None  # transformers cannot read
+    except SafetensorError as err:  # a weights file cut short (an interrupted copy or download) or damaged
+        raise UserError(f"could not load model {shown(name)}: a weights file is damaged or incomplete ({err}); "
+                        "copy or download the model again") from None
     if device_map is None:
         model.to(device)
     model.eval()

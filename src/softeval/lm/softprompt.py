@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as tensor_bytes
 
 from softeval.errors import UserError, shown
 from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS
@@ -154,7 +155,8 @@ class SoftPrompt(torch.nn.Module):
             "revision": None,
         }
         tmp = folder / (ADAPTER_WEIGHTS + ".tmp")
-        save_file({"prompt_embeddings": self.weight.detach().float().cpu().contiguous()}, str(tmp))
+        # not save_file: a full disk is then an OSError (ENOSPC), as for every other file
+        tmp.write_bytes(tensor_bytes({"prompt_embeddings": self.weight.detach().float().cpu().contiguous()}))
         tmp.replace(folder / ADAPTER_WEIGHTS)
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
         # Our own metadata lives beside PEFT's config, which warns about keys it does not know.

@@ -12,6 +12,7 @@ fields without an entry in the table.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,13 @@ class RunConfig:
                                      where=EVAL, sweep=False)
     series: str | None = None  # the model is a checkpoint of this series (sweep/series.py) ...
     step: int | None = None  # ... at this training step
+
+    def __post_init__(self) -> None:
+        """A path given as a Path (library use) is the same option as its text."""
+        for key, row in OPTIONS.items():
+            value = getattr(self, key)
+            if row.type is str and isinstance(value, os.PathLike):
+                setattr(self, key, os.fspath(value))
 
     def options(self, method: str) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of

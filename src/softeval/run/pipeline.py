@@ -194,7 +194,13 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
                 if on_skip is not None:
                     on_skip(method)
                 continue
-            results.append(run_method(job, method, folder, identity))
+            try:
+                results.append(run_method(job, method, folder, identity))
+            except OSError as err:
+                full = folder.no_space(err)
+                if full is None:
+                    raise
+                raise full from None
             memory.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
     return results
 

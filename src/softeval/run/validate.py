@@ -10,7 +10,6 @@ value would exhaust memory before doing anything useful, not taste.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from softeval.lm.models import check_model_name, hidden_size_before_loading, pic
 from softeval.lm.softprompt import adapter_shape, init_source
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
+from softeval.store.format import write_refusal
 
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
@@ -170,18 +170,20 @@ def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True
         raise UserError("--device mps: no Apple GPU (MPS) is available here; use --device cpu (or auto)")
 
 
-def check_out(out: str) -> None:
+def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
     """The output root must be a folder (or not exist yet) under folders this user can write."""
     if not isinstance(out, str) or not out.strip():
-        raise UserError("--out must name a folder")
+        raise UserError(f"{name.key('out')} must name a folder")
     path = Path(out)
+    given = name.setting("out", out)
     if path.exists() and not path.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder: give a folder for the run folders")
+        raise UserError(f"{given} is a file, not a folder: give a folder for the run folders")
     for parent in path.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
-                raise UserError(f"--out {out}: {parent} is a file, not a folder")
+                raise UserError(f"{given}: {parent} is a file, not a folder")
             break
     existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--out {out}: cannot write under {existing} (permission denied)")
+    why = write_refusal(existing)
+    if why:
+        raise UserError(f"{given}: cannot write under {existing} ({why})")

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as tensor_bytes
 
 from softeval.checks import is_number, is_whole
 from softeval.errors import shown
@@ -61,7 +62,7 @@ def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, ide
                 plain.setdefault(str(pid), {})[name] = value
     name = tune_tensors_file(meta["step"])
     tmp = folder / (name + ".tmp")
-    save_file(tensors, str(tmp))
+    tmp.write_bytes(tensor_bytes(tensors))  # not save_file: a full disk is then an OSError (ENOSPC), as for every file
     os.replace(tmp, folder / name)
     record = {"format": FORMAT, **meta, "identity": identity, "tensors": name, "sha256": _sha256(folder / name),
               "optimizer": {"param_groups": state["param_groups"], "state": plain}, "rng": _rng_state()}

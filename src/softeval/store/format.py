@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +338,17 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
         raise RunFormatError(f"unknown method {shown(results['method'])}")
     verify_run(run_dir, results)
     return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
+
+
+def write_refusal(folder: Path) -> str | None:
+    """Why no file can be created in an existing ``folder`` ('read-only file system', 'permission
+    denied'), or None. Tried with an unnamed temporary file, not judged by mode bits (root writes through
+    them, a read-only mount refuses everyone); nothing is left behind."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as err:
+        return os.strerror(err.errno).lower() if err.errno else str(err)
 
 
 def scan(out_root: Path) -> ScanReport:

@@ -16,7 +16,7 @@ import shlex
 import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from softeval.store.format import (
     check_run,
     load_results,
     scan,
+    write_refusal,
 )
 
 BUSY_TIMEOUT_S = 60.0
@@ -202,6 +203,10 @@ def rebuild(out_root: Path) -> RebuildReport:
     """Replace the index's contents with what the folders hold, in one transaction. A damaged index
     file is first moved aside (``index.sqlite.damaged-<time>``, kept for inspection)."""
     out_root = Path(out_root)
+    why = write_refusal(out_root) if out_root.is_dir() else None
+    if why:
+        raise UserError(f"cannot rebuild the runs index {out_root / INDEX_FILE}: {out_root} is not writable "
+                        f"({why}); `softeval runs {shlex.quote(str(out_root))}` lists its runs without writing")
     found = scan(out_root)
     report = RebuildReport(found.runs, found.skipped)
     try:
@@ -231,8 +236,12 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     The index may be stale: a run whose results.json or samples.jsonl changed since it was indexed
     (size or mtime) is checked again, and dropped when it no longer passes (``on_skip(path, why)``
     is told); a run whose folder is gone is dropped too. Listing costs one stat per file, not a read.
+    A folder this process cannot write (an archive, a read-only mount) is listed without writing: from
+    its index opened read-only, or from its run folders when it has no usable index.
     """
     out_root = Path(out_root)
+    if out_root.is_dir() and write_refusal(out_root):
+        return _fresh(out_root, _read_only_rows(out_root, on_skip), on_skip, writable=False)
     if _unbuilt(out_root):
         for path, why in rebuild(out_root).skipped:
             if on_skip:
@@ -242,9 +251,33 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
         rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
     finally:
         conn.close()
+    return _fresh(out_root, [dict(row) for row in rows], on_skip, writable=True)
+
+
+def _read_only_rows(out_root: Path, on_skip) -> list[dict[str, Any]]:
+    """The index's rows, opened read-only (``immutable``: SQLite then needs no -wal or -shm file
+    beside it); without a usable index, the rows the run folders give."""
+    if not _unbuilt(out_root):
+        try:
+            uri = f"{(out_root / INDEX_FILE).absolute().as_uri()}?mode=ro&immutable=1"
+            with closing(sqlite3.connect(uri, uri=True)) as conn:
+                conn.row_factory = sqlite3.Row
+                rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
+            return [dict(row) for row in rows]
+        except sqlite3.Error:
+            pass  # damaged or of an older schema: it cannot be rebuilt here, the folders are the truth
+    found = scan(out_root)
+    for path, why in found.skipped:
+        if on_skip:
+            on_skip(path, why)
+    rows = [_row(run) for run in found.runs]
+    return sorted(rows, key=lambda r: (r["task"], r["model"], r["method"], r["seed"]))
+
+
+def _fresh(out_root: Path, rows: list[dict[str, Any]], on_skip, writable: bool) -> list[dict[str, Any]]:
+    """The rows as listed: stale ones checked again (and, where the folder is writable, the index told)."""
     runs, changed, gone = [], [], []
-    for row in rows:
-        item = dict(row)
+    for item in rows:
         run_dir = out_root / item["path"]
         if item["stamp"] != _stamp(run_dir):
             try:
@@ -260,7 +293,7 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
         item["run_dir"] = str(run_dir)
         item.pop("stamp")
         runs.append(item)
-    if changed or gone:
+    if writable and (changed or gone):
         with _writing(out_root) as conn:
             for run in changed:
                 _upsert(conn, run)

@@ -7,6 +7,7 @@ checkpoint) for the next invocation to resume.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -124,6 +125,9 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
+
+
 @dataclass
 class RunFolder:
     out: Path
@@ -139,6 +143,18 @@ class RunFolder:
     @property
     def partial(self) -> Path:
         return partial_folder(self.final)
+
+    def no_space(self, err: OSError) -> UserError | None:
+        """A full disk (or quota) while this run was written, as one line: what could not be written, the
+        space left and where; None for any other OSError. What was saved stays in ``partial``."""
+        if err.errno not in NO_SPACE:
+            return None
+        what = err.filename or f"the run files in {self.partial}"
+        where = next(p for p in (self.partial, *self.partial.parents) if p.exists())
+        usage = shutil.disk_usage(where)
+        return UserError(f"no space left on the device: could not write {what} ({_size(usage.free)} free of "
+                         f"{_size(usage.total)} on the filesystem of {self.out}). Free some space there and "
+                         f"run the same command again: it resumes from what {self.partial} holds")
 
     @property
     def lock_path(self) -> Path:
@@ -310,6 +326,15 @@ class OtherSettings(UserError):
     def said_by(self, command: str) -> OtherSettings:
         """The same refusal, with the fix of ``command`` (a key of FIXES)."""
         return OtherSettings(self.final, self.diff, command)
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them: 8.0 KB, 3.0 MB, 1.2 GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
 
 
 def _stderr(message: str) -> None:

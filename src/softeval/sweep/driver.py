@@ -23,12 +23,14 @@ from pathlib import Path
 from rich.console import Console
 
 from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
-from softeval.errors import UserError
+from softeval.errors import UserError, shown
 from softeval.run import pipeline
+from softeval.run.config import SWEEP_FILE
 from softeval.run.validate import check_out
 from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
 from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
+from softeval.sweep.ray_token import use_token_if_any
 from softeval.sweep.view import SweepView
 from softeval.sweep.worker import SweepWorker, error_line
 
@@ -92,7 +94,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
     view = SweepView(console, states, on_event)
     todo = [s for s in states if s.state == "queued"]
     if todo:
-        check_out(str(sweep.out))  # without creating it: the workers' probe does, once the cluster fits
+        check_out(str(sweep.out), SWEEP_FILE)  # without creating it: the workers' probe does, once the cluster fits
         ray, own = _connect(address)
         try:
             _check_cluster(ray, [m for m in sweep.models if any(s.job.model is m for s in todo)])
@@ -115,6 +117,7 @@ def _connect(address: str | None):
 
     if address:
         check_reachable(address)
+        use_token_if_any(address)
     if ray.is_initialized():
         return ray, False
     try:
@@ -140,7 +143,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
-        raise UserError(f"--address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
+        raise UserError(f"--address {shown(address)}: give auto, HOST:PORT or ray://HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as err:
