@@ -32,6 +32,9 @@ from softeval.run import pipeline, validate
 from softeval.store import index, runs
 
 torch.set_num_threads(1)
+# A shell without job control starts background jobs with SIGINT ignored, and Python then never raises
+# KeyboardInterrupt: the signal tests would hang where CI runs that way. Ctrl-C as in a terminal.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 SAVE_EVERY = 4  # scoring chunk: small, so a run has several chunks to be killed between
 
 
