@@ -251,17 +251,18 @@ def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
     return first
 
 
-def paired_method_tests(runs: list[Run], metric: str = "accuracy") -> list[PairedTest]:
-    """McNemar's exact test and the paired difference, soft-prompt against zero-shot and against
-    few-shot, per task and model, on the items both runs scored (one seed each: the lowest; a
-    test whose runs lack samples.jsonl is left out)."""
+def paired_method_tests(runs: list[Run], metric: str = "accuracy",
+                        pairs: Sequence[tuple[str, str]] = PAIRED) -> list[PairedRow]:
+    """McNemar's exact test and the paired difference of each pair of methods (default: soft-prompt
+    against zero-shot and against few-shot), per task and model, on the items both runs scored (one
+    seed each: the lowest; a test whose runs lack samples.jsonl is left out)."""
     metric = metric_name(metric)
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     first = first_runs(runs)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in first}):
-        for a, b in PAIRED:
+        for a, b in pairs:
             run_a, run_b = first.get((task, model, a)), first.get((task, model, b))
             if run_a is None or run_b is None:
                 continue

@@ -22,6 +22,7 @@ from softeval.analysis.compare import (
 )
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import TABLE_CSS, metric_cell, table
+from softeval.analysis.verdict import PAIRS as VERDICT_PAIRS
 from softeval.analysis.verdict import Verdict, verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
@@ -164,8 +165,9 @@ def _paired_cell(row: PairedRow | None) -> str:
 def _knowledge_section(runs: list[Run]) -> str:
     """Per task: the format-free references (cloze, letter log-likelihood) beside each method's strict
     accuracy per model, the soft prompt's label-prior check, paired tests, and why outputs failed."""
-    paired = {(r.task, r.model, r.test.a): r for r in paired_method_tests(runs)}
-    said = verdicts(runs)
+    tests = paired_method_tests(runs, pairs=VERDICT_PAIRS)  # the table's pairs and the verdicts' at once
+    paired = {(r.task, r.model, r.test.a): r for r in tests if r.test.b == "soft-prompt"}
+    said = verdicts(runs, tests)
     blocks = []
     for task in sorted({r.task for r in runs}):
         task_runs = [r for r in runs if r.task == task]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from softeval.analysis.compare import first_runs, item_outcomes
-from softeval.analysis.paired import PairedTest, paired_test
+from softeval.analysis.compare import PairedRow, first_runs, paired_method_tests
+from softeval.analysis.paired import PairedTest
 from softeval.metrics import Z95
 from softeval.store.format import Run
 
@@ -168,26 +168,19 @@ def reference_of(run: Run | None) -> Reference | None:
     return None
 
 
-def verdicts(runs: Sequence[Run]) -> list[Verdict]:
+def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> list[Verdict]:
     """Per task and model (lowest seed of each method): soft-prompt against zero-shot and few-shot, or
-    few-shot against zero-shot when there is no soft-prompt run; pairs whose samples cannot be read
-    are left out."""
+    few-shot against zero-shot when there is no soft-prompt run. ``tests``: the paired tests of
+    ``PAIRS`` on accuracy when the caller has them already (``paired_method_tests(runs, pairs=PAIRS)``)."""
     first = first_runs(runs)
     out = []
-    for task, model in sorted({(t, m) for t, m, _ in first}):
-        methods = {meth for t, m, meth in first if (t, m) == (task, model)}
-        reference = reference_of(first.get((task, model, "zero-shot")))
-        for a, b in PAIRS:
-            if a not in methods or b not in methods or (b == "few-shot" and "soft-prompt" in methods):
-                continue
-            run_a, run_b = first[(task, model, a)], first[(task, model, b)]
-            try:
-                test = paired_test(a, b, item_outcomes(run_a), item_outcomes(run_b))
-            except (OSError, ValueError, KeyError):
-                continue
-            if not test.n:
-                continue
-            base, treated = side_of(run_a), side_of(run_b)
-            rule, sentence = judge(test, base, treated)
-            out.append(Verdict(task, run_a.model, base, treated, test, reference, rule, sentence))
+    for row in paired_method_tests(runs, pairs=PAIRS) if tests is None else tests:
+        a, b = row.test.a, row.test.b
+        if b == "few-shot" and (row.task, row.model, "soft-prompt") in first:
+            continue
+        run_a, run_b = first[(row.task, row.model, a)], first[(row.task, row.model, b)]
+        base, treated = side_of(run_a), side_of(run_b)
+        rule, sentence = judge(row.test, base, treated)
+        out.append(Verdict(row.task, run_a.model, base, treated, row.test,
+                           reference_of(first.get((row.task, row.model, "zero-shot"))), rule, sentence))
     return out
