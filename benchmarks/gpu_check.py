@@ -26,6 +26,9 @@ Sections (each runs even if an earlier one failed; its error is recorded):
   5-shot, option log-likelihoods) with the automatic batch size, and ``long``: prompts of
   ``long_tokens`` tokens scored with ``batch_size="auto"`` and a tuning step on them, which must
   not run out of memory (the batch size chosen and the peak memory are recorded).
+- ``vllm`` (where vLLM imports): soft-prompt generation on the vLLM backend against the HF engine at
+  both shapes, engine start, items/s and identical outputs (for information: random weights make
+  near-ties common); where vLLM is missing it says what stays unchecked.
 
 The last line printed is one JSON object; the exit status is 0 when every check passed.
 """
@@ -382,6 +385,48 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     return out
 
 
+def section_vllm(device, dtype, plan, tok, prompts) -> dict:
+    """Soft-prompt generation on softeval's vLLM backend against its HF engine at the 1B and 8B shapes
+    (random weights saved to a temporary folder, which vLLM loads): agreement and speed. Runs where vLLM
+    imports; elsewhere it says so and what stays unchecked."""
+    import importlib.util
+    import tempfile
+
+    if importlib.util.find_spec("vllm") is None:
+        return {"skipped": "vLLM is not installed here: the vLLM backend on CUDA stays unchecked"}
+    from softeval.lm.vllm_engine import VllmEngine
+
+    out: dict = {}
+    for name in ("llama_1b", "llama_8b"):
+        shape = (TINY_SHAPES if plan is PLANS["tiny"] else SHAPES)[name]
+        with tempfile.TemporaryDirectory() as folder:
+            model = build_model(shape, device, dtype)
+            model.save_pretrained(folder)
+            tok.save_pretrained(folder)
+            lm = loaded(model, tok, name)
+            lm.source = folder
+            engine, t_start = timed(device, lambda lm=lm: VllmEngine(lm, {"max_model_len": 4096}))
+            seqs = prompts.prompts("gsm8k", plan["gen_items"])
+            s = soft_prompt(lm)
+            new = 64
+            hf, t_hf = timed(device, lambda: generation.generate(lm, seqs, soft=s, max_new_tokens=new,
+                                                                  batch_size="auto").texts)
+            ours, t_v = timed(device, lambda: engine.generate(seqs, soft=s, max_new_tokens=new).texts)
+            engine.close()
+            out[name] = {"engine_start_s": round(t_start, 1), "items": len(seqs), "new_tokens": new,
+                         "hf_items_per_s": round(len(seqs) / t_hf, 2), "vllm_items_per_s": round(len(seqs) / t_v, 2),
+                         "vllm_vs_hf": round(t_hf / t_v, 2), "identical": sum(a == b for a, b in zip(hf, ours)),
+                         "gpu_memory_utilization": engine.args.get("gpu_memory_utilization")}
+            log(f"vllm {name}: {out[name]}")
+            lm = model = engine = None
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    # random weights make near-ties common: agreement is information here, speed and a clean run the check
+    out["ok"] = all(v["vllm_items_per_s"] > 0 for v in out.values() if isinstance(v, dict))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cuda, cpu")
@@ -389,7 +434,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="auto", help="dtype of the speed sections: auto (bfloat16 on CUDA, float32 "
                     "on CPU, as softeval picks), bfloat16, float16, float32")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (default: 1 with --tiny, else torch's)")
-    ap.add_argument("--only", default="", help="comma list of sections: peak,agree,llama_1b,llama_8b")
+    ap.add_argument("--only", default="", help="comma list of sections: peak,agree,llama_1b,llama_8b,vllm")
     ap.add_argument("--json-out", default=None, help="also write the JSON line to this file")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -400,7 +445,7 @@ def main(argv=None) -> int:
     plan = PLANS["tiny" if args.tiny else "gpu"]
     if args.threads or args.tiny:  # tiny matmuls gain nothing from threads, and lose much on a busy machine
         torch.set_num_threads(args.threads or 1)
-    sections = [s for s in args.only.split(",") if s] or ["peak", "agree", "llama_1b", "llama_8b"]
+    sections = [s for s in args.only.split(",") if s] or ["peak", "agree", "llama_1b", "llama_8b", "vllm"]
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 comparisons and the fp32 peak are true fp32
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
@@ -419,6 +464,8 @@ def main(argv=None) -> int:
                 result["peak"] = section_peak(device, plan)
             elif name == "agree":
                 result["agree"] = section_agree(device, plan, tok, prompts)
+            elif name == "vllm":
+                result["vllm"] = section_vllm(device, dtype, plan, tok, prompts)
             elif name in SHAPES:
                 if peak_flops is None:
                     peak_flops = result.get("peak", {}).get(f"{args.dtype}_tflops", 0) * 1e12 or matmul_peak(

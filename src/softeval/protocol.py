@@ -15,6 +15,10 @@ KINDS = (BASE, POST_TRAINED)
 # `--chat-template`: auto (on for a post-trained model whose tokenizer has a template), on, off.
 CHAT_TEMPLATES = ("auto", "on", "off")
 
+# `--backend`: which engine generates the outputs (hf: softeval's own loop on the transformers model; vllm:
+# vLLM, docs/backends.md). Log-likelihoods and tuning are always the transformers model's.
+BACKENDS = ("hf", "vllm")
+
 # Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only; the
 # letter and cloze log-likelihoods: multiple choice; the last two: with --permutations).
 METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "letter_loglik_accuracy",

@@ -8,6 +8,31 @@ import argparse
 from softeval.run.config import OPTIONS, Option
 
 
+class KeyValues(argparse.Action):
+    """``--flag KEY=VALUE``, given once per key, into one dict; VALUE is read as a whole number, a number,
+    true/false or else text (``tensor_parallel_size=2``, ``enforce_eager=true``)."""
+
+    def __call__(self, parser, namespace, text, option_string=None):
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"{option_string} takes KEY=VALUE, not {text!r}")
+        found = dict(getattr(namespace, self.dest, None) or {})
+        found[key.strip()] = typed_value(value.strip())
+        setattr(namespace, self.dest, found)
+
+
+def typed_value(text: str):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def add_options(p: argparse.ArgumentParser, where: str) -> None:
     """The flags of the table's rows given ``where`` (COMMON, TUNING or EVAL), in the table's order."""
     for row in OPTIONS.values():
@@ -18,7 +43,9 @@ def add_options(p: argparse.ArgumentParser, where: str) -> None:
 def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
     """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
     (`softeval track`): not given is None, so the run's own default applies, and the help says it."""
-    if row.type is bool:
+    if row.type is dict:
+        kwargs = {"action": KeyValues, "default": None, "metavar": row.metavar, "dest": row.key}
+    elif row.type is bool:
         action = argparse.BooleanOptionalAction if row.default else "store_true"
         kwargs = {"action": action, "default": row.default} if row.default else {"action": action}
     elif row.required:

@@ -88,6 +88,8 @@ class LoadedModel:
     kind_source: str
     pad_id: int
     eos_ids: tuple[int, ...]
+    source: str = ""  # what the weights were read from: a preset's dequantised folder, a folder or a hub id
+    engine: object = None  # a vLLM engine generating for this model (--backend vllm: lm.vllm_engine)
 
     @property
     def device(self) -> torch.device:
@@ -373,6 +375,7 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    loaded = LoadedModel(model, tokenizer, name, model_kind, kind_source, int(pad), tuple(sorted(eos)))
+    source = str(converted_path(preset)) if preset is not None else name
+    loaded = LoadedModel(model, tokenizer, name, model_kind, kind_source, int(pad), tuple(sorted(eos)), source)
     loaded.load_seconds = time.time() - started  # type: ignore[attr-defined]
     return loaded

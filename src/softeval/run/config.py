@@ -19,7 +19,7 @@ from typing import Any
 
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.softprompt import init_identity
-from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
+from softeval.protocol import BACKENDS, CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
@@ -32,7 +32,9 @@ class Option:
     """One row of the option table: a RunConfig field as the user sets it."""
 
     key: str  # the RunConfig field and the sweep file's key
-    type: type  # int, float, str or bool (a bool is a switch on the command line)
+    # int, float, str or bool (a bool is a switch on the command line), or dict (KEY=VALUE flags, given
+    # again for each key; a mapping in a sweep file)
+    type: type
     default: Any
     help: str
     range: tuple[float, float] | None = None  # smallest and largest allowed value (numbers)
@@ -42,10 +44,11 @@ class Option:
     sweep: bool = True  # a sweep file may set it
     required: bool = False  # on the command line (a sweep file names models and tasks its own way)
     metavar: str | None = None
+    flag_name: str | None = None  # the flag, where it is not --KEY (a dict's flag names one entry)
 
     @property
     def flag(self) -> str:
-        return "--" + self.key.replace("_", "-")
+        return self.flag_name or "--" + self.key.replace("_", "-")
 
 
 def option(type_: type, default: Any, help: str, **row: Any):
@@ -63,7 +66,9 @@ class Spelling:
     command_line: bool = True
 
     def key(self, key: str) -> str:
-        return "--" + key.replace("_", "-") if self.command_line else f"'{key}'"
+        if not self.command_line:
+            return f"'{key}'"
+        return OPTIONS[key].flag if key in OPTIONS else "--" + key.replace("_", "-")
 
     def setting(self, key: str, value: Any) -> str:
         return f"{self.key(key)} {value}" if self.command_line else f"{key}: {value}"
@@ -92,6 +97,11 @@ class RunConfig:
     eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
     device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
     dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    backend: str = option(str, "hf", "generation engine: hf (the default: softeval's own) or vllm (vLLM; "
+                          "log-likelihoods and tuning stay on hf; docs/backends.md)", choices=BACKENDS)
+    vllm: dict | None = option(dict, None, "a vLLM engine argument for --backend vllm, e.g. "
+                               "tensor_parallel_size=2 (given once per argument); a sweep file's `vllm:` mapping",
+                               nullable=True, metavar="KEY=VALUE", flag_name="--vllm-arg")
     force: bool = option(bool, False, "replace finished runs instead of skipping them", sweep=False)
     # another process is writing the same run: wait for it instead of exit 2
     wait: bool = option(bool, False, "when another process is writing the same run, wait for it "

@@ -28,6 +28,7 @@ from softeval.errors import UserError, shown
 from softeval.lm import generation, loglik, memory
 from softeval.lm.models import load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
+from softeval.lm.vllm_engine import VllmEngine
 from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import BASE
 from softeval.run.config import RunConfig
@@ -100,6 +101,8 @@ class Job:
                 self._lm = load_lm(cfg)
             self.console.print(f"loaded {cfg.model} ({self._lm.kind}, {self._lm.n_params() / 1e6:.1f}M params) "
                                f"in {self._lm.load_seconds:.1f}s on {self._lm.device}", markup=False)
+        if self.config.backend == "vllm":
+            start_engine(self._lm, self.config, self.console)
         if not self._kind_said:
             self._kind_said = True
             warning = guessed_kind_warning(self._lm)
@@ -119,6 +122,25 @@ class Job:
             self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template), shots,
                                       budget=max(16, lm.max_length - cfg.tokens - longest_target))
         return self._prompter
+
+
+def start_engine(lm, config: RunConfig, console: Console) -> None:
+    """Give ``lm`` the vLLM engine of ``config`` (--backend vllm), unless it has one with the same
+    engine arguments (a sweep worker's model keeps its engine for all its jobs)."""
+    engine = lm.engine
+    if engine is not None and engine.user_args == (config.vllm or {}):
+        return
+    close_engine(lm)
+    with console.status(f"starting the vLLM engine for {config.model}"):
+        lm.engine = VllmEngine(lm, config.vllm)
+    console.print(f"vLLM {lm.engine.version} engine started in {lm.engine.start_seconds:.0f}s", markup=False)
+
+
+def close_engine(lm) -> None:
+    """Shut ``lm``'s vLLM engine down, if it has one (its processes end, its memory is freed)."""
+    if lm is not None and lm.engine is not None:
+        lm.engine.close()
+        lm.engine = None
 
 
 def load_lm(config: RunConfig):
@@ -175,6 +197,15 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
     console = console or Console(stderr=True)
     job = Job(config, console, _lm=lm)
     job.prepare()
+    try:
+        return _run_methods(job, on_skip, command)
+    finally:
+        if lm is None:  # the model (and its engine) is this call's own
+            close_engine(job._lm)
+
+
+def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
+    config, console = job.config, job.console
     results = []
     for method in config.methods:
         folder, identity = run_folder(config, method)
@@ -257,6 +288,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         "item_ids": [e.id for e in job.items],
         "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
         "chat_template": prompter.chat,
+        "engine": lm.engine.record() if cfg.backend == "vllm" else {"backend": "hf"},
         "truncated_prompts": truncated,
         "unscorable": unscorable,
         "tuning": tuning,
@@ -302,8 +334,9 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
     ids = [e.id for e in job.items]
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    # Single-token options (letters) are scored from the generation's own first forward pass.
-    single = options is not None and all(len(o) == 1 for opts in options for o in opts)
+    engine = lm.engine if cfg.backend == "vllm" else None  # generation on vLLM; log-likelihoods stay here
+    # Single-token options (letters) are scored from the generation's own first forward pass (HF engine).
+    single = engine is None and options is not None and all(len(o) == 1 for opts in options for o in opts)
     cloze = task.cloze is not None
     permute = cfg.permutations > 0 and task.multiple_choice
     needs = ("cloze_scores",) * cloze + ("permutation_picks",) * permute
@@ -322,10 +355,15 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                 for slot, k in enumerate(indices):
                     scores[k] = [float(logprobs[slot, o[0]]) for o in options[chunk[k]]]
 
-            gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
-                                      stop=task.stop, batch_size=cfg.eval_batch_size,
-                                      on_first_logprobs=keep_first if single else None,
-                                      progress=lambda n: bar.advance(bar_id, n))
+            if engine is not None:
+                gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
+                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n))
+            else:
+                gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft,
+                                          max_new_tokens=task.max_new_tokens, stop=task.stop,
+                                          batch_size=cfg.eval_batch_size,
+                                          on_first_logprobs=keep_first if single else None,
+                                          progress=lambda n: bar.advance(bar_id, n))
             texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:
                 multi = loglik.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,

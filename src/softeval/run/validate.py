@@ -17,7 +17,8 @@ import torch
 
 from softeval.checks import is_data_file, is_number, is_whole
 from softeval.errors import UserError, shown
-from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_dtype
+from softeval.lm import vllm_engine
+from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_device, pick_dtype
 from softeval.lm.softprompt import adapter_shape, init_source
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
@@ -26,7 +27,8 @@ from softeval.store.format import write_refusal
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
 
-TYPE_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+TYPE_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true or false",
+              dict: "a mapping of names to values"}
 
 
 def check_type(key: str, value, name: Spelling = COMMAND_LINE) -> None:
@@ -57,6 +59,13 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
     elif row.type is float:
         if not math.isfinite(value) or value <= 0:
             raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
+    elif row.type is dict:
+        for k, v in value.items():
+            if not isinstance(k, str) or not k.isidentifier():
+                raise UserError(f"{name.key(key)}: {shown(k)} is not an argument name")
+            if not isinstance(v, (str, int, float, bool)):
+                raise UserError(f"{name.key(key)}: {k} must be text, a number or true/false, not "
+                                f"{type(v).__name__} {shown(v)}")
     elif row.choices is not None and value not in row.choices:
         choices = ", ".join(row.choices[:-1]) + " or " + row.choices[-1]
         raise UserError(f"unknown {name.key(key)} {shown(value)}: use {choices}")
@@ -92,6 +101,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
         check_out(cfg.out)
     if not model_given:
         check_model_name(cfg.model)
+    check_backend(cfg, name, on_device="device" not in on_worker)
     if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
         raise UserError(f"a series must have a name, not {shown(cfg.series)}")
     if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):
@@ -103,6 +113,18 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
         shape = check_adapter(given, Path(cfg.soft_prompt))
         if not model_given:
             check_width(given, shape, cfg.model)
+
+
+def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
+    """Engine arguments only with the vLLM backend; with it, a model vLLM can load and (``on_device``:
+    where the run runs) vLLM installed for the device, knowing every engine argument."""
+    if cfg.backend != "vllm":
+        if cfg.vllm:
+            raise UserError(f"{name.key('vllm')} sets vLLM's engine; add {name.setting('backend', 'vllm')}")
+        return
+    vllm_engine.check_model(cfg.model)
+    if on_device:
+        vllm_engine.check_engine(pick_device(cfg.device), cfg.vllm, name.key("vllm"))
 
 
 def check_init(value: str, tokens: int | None = None, model: str | None = None,

@@ -65,8 +65,9 @@ READ_ONLY_BY = {
     "shots": ("few-shot",),
 }
 # Options added after runs were made, with the value that did what softeval did before they existed:
-# a run that did not record one of these ran with that value (tuning ran every step; no permutations).
-BEFORE_RECORDED = {"early_stop": False, "permutations": 0}
+# a run that did not record one of these ran with that value (tuning ran every step; no permutations;
+# softeval's own engine generated).
+BEFORE_RECORDED = {"early_stop": False, "permutations": 0, "backend": "hf", "vllm": None}
 NOT_RECORDED = "not recorded"
 
 

@@ -74,10 +74,13 @@ class SweepWorker:
                 return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
         except OtherSettings as err:
             return {"error": error_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
-        key = (config.model, config.device, config.dtype, config.kind)
+        # one loaded model (and with backend vllm one engine) for all the jobs of a model
+        key = (config.model, config.device, config.dtype, config.kind, config.backend,
+               tuple(sorted((config.vllm or {}).items())))
         loaded_in = None
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         if self.key != key:
+            pipeline.close_engine(self.lm)  # its processes and memory go before the next model loads
             self.lm, self.key = None, None
             gc.collect()
             if self.load_failed is not None and self.load_failed[0] == key:  # not loaded again for each job

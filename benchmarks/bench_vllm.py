@@ -1,0 +1,146 @@
+"""softeval's vLLM backend vs softeval's HF engine vs lm-evaluation-harness's ``vllm`` model, on the same
+items and prompts (issue 27; docs/backends.md).
+
+Sections: GSM8K zero-shot (256 new tokens), MMLU zero-shot and 5-shot, and GSM8K soft-prompt generation
+(vLLM vs HF only: lm-eval's vLLM model takes no prompt embeddings). Every side gets the same cores: torch's
+threads for the HF engine, and for both vLLM engines the binding softeval sets (``vllm_engine.cpu_settings``).
+lm-eval is given the prompt texts softeval renders and tokenises them itself (``generate_until``, its own
+path); softeval hands its token ids. Engine start-up is timed apart: a first start, then a second one
+(the compile cache of the first is then valid). ``--busy`` runs a matmul loop on one core beside every
+section (a shared machine). Prints a table, then the JSON (also ``--json-out``).
+
+    .venv-vllm/bin/python benchmarks/bench_vllm.py [--gsm8k 32] [--mmlu 64] [--busy] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import time
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def busy_loop(stop) -> None:  # pragma: no cover - a process of its own
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.randn(512, 512)
+    while not stop.is_set():
+        a = (a @ a).tanh()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--gsm8k", type=int, default=32, help="GSM8K items (zero-shot and soft-prompt)")
+    p.add_argument("--mmlu", type=int, default=64, help="MMLU items (zero- and 5-shot)")
+    p.add_argument("--no-lmeval", action="store_true", help="leave lm-eval's vllm model out")
+    p.add_argument("--busy", action="store_true", help="a matmul loop on one core beside every section")
+    p.add_argument("--json-out")
+    args = p.parse_args()
+
+    import torch
+
+    from softeval.lm import generation
+    from softeval.lm.models import load_model
+    from softeval.lm.softprompt import SoftPrompt
+    from softeval.lm.vllm_engine import VllmEngine, cpu_settings
+    from softeval.run.prompting import Prompter, pick_shots
+    from softeval.run.scoring import score_output
+    from softeval.tasks import get_task
+    from softeval.tasks.data import seeded_subset
+
+    lm = load_model(args.model, device="cpu", dtype="float32")
+    result: dict = {"model": args.model, "torch_threads": torch.get_num_threads(), "busy": args.busy,
+                    "cpu_env": cpu_settings(), "sections": {}}
+    _, first = timed(lambda: VllmEngine(lm).close())
+    engine, cached = timed(lambda: VllmEngine(lm))
+    result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
+    lmeval = None
+    if not args.no_lmeval:
+        from lm_eval.models.vllm_causallms import VLLM
+
+        env = cpu_settings()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        lmeval, t = timed(lambda: VLLM(pretrained=lm.source, dtype="float32", max_model_len=engine.max_len,
+                                       batch_size="auto", seed=0))
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        result["engine_start_s"]["lm-eval vllm"] = round(t, 1)
+
+    rows = []
+
+    def section(name, task, examples, prompter, method, soft=None):
+        seqs = [prompter.ids(e, method) for e in examples]
+        texts = [prompter.text(e, method) for e in examples]
+        stop = multiprocessing.Event()
+        noise = multiprocessing.Process(target=busy_loop, args=(stop,), daemon=True) if args.busy else None
+        if noise:
+            noise.start()
+        hf, t_hf = timed(lambda: generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens,
+                                                     stop=task.stop).texts)
+        ours, t_v = timed(lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
+                                                  stop=task.stop).texts)
+        theirs, t_lm = None, None
+        if lmeval is not None and soft is None:
+            from lm_eval.api.instance import Instance
+
+            kwargs = {"until": list(task.stop), "max_gen_toks": task.max_new_tokens, "do_sample": False}
+            instances = [Instance("generate_until", {}, (t, dict(kwargs)), i) for i, t in enumerate(texts)]
+            theirs, t_lm = timed(lambda: lmeval.generate_until(instances, disable_tqdm=True))
+        if noise:
+            stop.set()
+            noise.join()
+
+        def acc(outs):
+            return round(sum(score_output(task, e, o)["correct"] for e, o in zip(examples, outs)) / len(examples), 3)
+
+        entry = {"n": len(examples), "max_new_tokens": task.max_new_tokens, "hf_s": round(t_hf, 2),
+                 "vllm_s": round(t_v, 2), "vllm_vs_hf": round(t_hf / t_v, 2),
+                 "identical_vllm_hf": sum(a == b for a, b in zip(ours, hf)), "acc_hf": acc(hf), "acc_vllm": acc(ours)}
+        if theirs is not None:
+            entry.update(lmeval_s=round(t_lm, 2), vllm_vs_lmeval=round(t_lm / t_v, 2), acc_lmeval=acc(theirs),
+                         identical_vllm_lmeval=sum(a.strip() == b.strip() for a, b in zip(ours, theirs)))
+        result["sections"][name] = entry
+        rows.append((name, entry))
+
+    gsm8k, mmlu = get_task("gsm8k"), get_task("mmlu")
+    g_items = seeded_subset(gsm8k.splits().eval, args.gsm8k, 0)
+    m_split = mmlu.splits()
+    m_items = seeded_subset(m_split.eval, args.mmlu, 0)
+    chat = lm.has_chat_template and lm.kind == "post-trained"
+    section("gsm8k zero-shot", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "zero-shot")
+    section("mmlu zero-shot", mmlu, m_items, Prompter(lm, mmlu, chat, []), "zero-shot")
+    section("mmlu 5-shot", mmlu, m_items, Prompter(lm, mmlu, chat, pick_shots(m_split.tune, 5, 0)), "few-shot")
+    soft = SoftPrompt.initialise(lm, 10, "vocab", 0).weight.detach()
+    section("gsm8k soft-prompt", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "soft-prompt", soft=soft)
+    engine.close()
+
+    print(f"{args.model}, torch threads {torch.get_num_threads()}, vLLM CPU env {result['cpu_env']}"
+          f"{', busy machine' if args.busy else ''}")
+    print(f"engine start: {result['engine_start_s']}")
+    print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
+          f"{'vLLM/lm-eval':>12} {'same as HF':>10}")
+    for name, e in rows:
+        print(f"{name:20} {e['n']:5} {e['hf_s']:7.1f} {e['vllm_s']:7.1f} {e.get('lmeval_s', float('nan')):9.1f} "
+              f"{e['vllm_vs_hf']:7.2f}x {e.get('vllm_vs_lmeval', float('nan')):11.2f}x "
+              f"{e['identical_vllm_hf']:>5}/{e['n']}")
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":  # vLLM spawns its engine process: the entry point needs the guard
+    main()

