@@ -14,7 +14,7 @@ tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt
 One engine per loaded model (``LoadedModel.engine``); ``close`` shuts its processes down and frees
 its memory. Sizing (docs/backends.md): on CPU the KV cache gets a quarter of the available memory
 (1 to 8 GiB) and the engine's threads are bound to the CPUs this process may use, as many as torch
-uses, none reserved; on CUDA ``gpu_memory_utilization`` is 90% of what is free after the HF model.
+uses, none reserved; on CUDA ``gpu_memory_utilization`` is half of what is free after the HF model.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ OWN_ARGS = {
     "generation_config": None, "skip_tokenizer_init": None, "seed": None, "device": "--device",
 }
 KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of available memory, and its bounds
-GPU_SHARE = 0.9  # CUDA: the share of the memory left free by the HF model that the engine may take
+# CUDA: the share of the memory left free by the HF model that the engine may take; the rest is for the HF
+# model's own batches (tuning a sweep worker's next soft prompt, log-likelihoods) beside the engine
+GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
 
 
@@ -112,8 +114,8 @@ def cpu_settings() -> dict[str, str]:
 
 
 def gpu_share(device: torch.device) -> float:
-    """``gpu_memory_utilization`` beside an HF model already on the GPU: 90% of what is free, as a share of
-    the whole device (vLLM's unit)."""
+    """``gpu_memory_utilization`` beside an HF model already on the GPU: ``GPU_SHARE`` of what is free, as a
+    share of the whole device (vLLM's unit)."""
     free, total = torch.cuda.mem_get_info(device)
     return round(GPU_SHARE * free / total, 3)
 

@@ -101,14 +101,18 @@ class Job:
                 self._lm = load_lm(cfg)
             self.console.print(f"loaded {cfg.model} ({self._lm.kind}, {self._lm.n_params() / 1e6:.1f}M params) "
                                f"in {self._lm.load_seconds:.1f}s on {self._lm.device}", markup=False)
-        if self.config.backend == "vllm":
-            start_engine(self._lm, self.config, self.console)
         if not self._kind_said:
             self._kind_said = True
             warning = guessed_kind_warning(self._lm)
             if warning:
                 self.console.print(warning, style="bold yellow", markup=False, highlight=False)
         return self._lm
+
+    def engine(self):
+        """The vLLM engine that generates (--backend vllm), started at the first generation: after
+        tuning, so on a GPU the engine's memory is taken once the tuning has had what it needs."""
+        start_engine(self.lm, self.config, self.console)
+        return self.lm.engine
 
     @property
     def prompter(self) -> Prompter:
@@ -334,7 +338,7 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
     ids = [e.id for e in job.items]
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    engine = lm.engine if cfg.backend == "vllm" else None  # generation on vLLM; log-likelihoods stay here
+    engine = job.engine() if cfg.backend == "vllm" else None  # generation on vLLM; log-likelihoods stay here
     # Single-token options (letters) are scored from the generation's own first forward pass (HF engine).
     single = engine is None and options is not None and all(len(o) == 1 for opts in options for o in opts)
     cloze = task.cloze is not None
