@@ -87,12 +87,6 @@ def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg
                             "`vllm serve --help` for the names, written with underscores")
 
 
-def source_of(lm) -> str:
-    """What vLLM loads: a preset's dequantised folder, a local folder or a hub id (a lone .gguf file is
-    refused before loading: ``check_model``)."""
-    return lm.source
-
-
 def check_model(name: str) -> None:
     if name.endswith(".gguf") and Path(name).is_file():
         raise UserError(f"--backend vllm takes a preset, a model folder or a hub id, not the GGUF file {shown(name)}: "
@@ -125,6 +119,8 @@ class VllmEngine:
 
     def __init__(self, lm, engine_args: dict | None = None) -> None:
         vllm = import_vllm()
+        if not lm.source:  # a model built in memory: vLLM loads weights from a folder or a hub id
+            raise UserError(f"--backend vllm needs the folder or hub id that model {shown(lm.name)} was loaded from")
         self.lm = lm
         self.version = vllm.__version__
         self.user_args = dict(engine_args or {})
@@ -134,7 +130,7 @@ class VllmEngine:
         if on_cuda:
             args["gpu_memory_utilization"] = gpu_share(lm.device)
         args.update(engine_args or {})
-        args.update(model=source_of(lm), tokenizer=source_of(lm), dtype=str(lm.model.dtype).removeprefix("torch."),
+        args.update(model=lm.source, tokenizer=lm.source, dtype=str(lm.model.dtype).removeprefix("torch."),
                     enable_prompt_embeds=True, generation_config="vllm", seed=0)  # greedy: the seed changes nothing
         self.env = {} if on_cuda else cpu_settings()
         self.args = args
