@@ -27,7 +27,7 @@ setup: $(BIN)/softeval
 # SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw.
 SEED ?= 0
 run: setup
-	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --seed $(SEED)
+	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED)
 
 # The layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
