@@ -161,3 +161,18 @@ def test_another_training_run_with_the_same_folder_names_is_refused_never_skippe
     assert f"the contents of checkpoint {tmp_path / 'b' / 'output' / 'checkpoint-100'} differ" in err
     assert "--force" not in err and "--name to track it as another series" in err  # track has no --force
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps
+
+
+def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_series, tmp_path, capsys):
+    from softeval.cli.app import build_parser
+    from softeval.cli.track import track_spec
+
+    base = ["track", str(trained_series["folder"]), "--task", str(trained_series["task"]),
+            "--out", str(tmp_path / "out"), "--method", "zero-shot", "--dry-run"]
+    args = build_parser().parse_args([*base, "--backend", "vllm", "--vllm-arg", "max_model_len=1024"])
+    spec = track_spec(args)
+    assert spec["backend"] == "vllm" and spec["vllm"] == {"max_model_len": 1024}
+    sweep = parse_sweep(spec, tmp_path / "track", where="softeval track", command="track")
+    assert {(j.config.backend, tuple(j.config.vllm.items())) for j in sweep.jobs} == {("vllm", (("max_model_len", 1024),))}
+    assert main([*base, "--vllm-arg", "max_model_len=1024"]) == 2  # the run's own refusal, before any model loads
+    assert capsys.readouterr().err.strip().endswith("--vllm-arg sets vLLM's engine; add --backend vllm")

@@ -17,7 +17,7 @@ from softeval.sweep.view import print_plan
 
 # `softeval run` options track passes on to every run (the sweep file's names).
 PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_size", "eval_batch_size",
-          "curve_every", "curve_items", "device", "dtype")
+          "curve_every", "curve_items", "device", "dtype", "backend", "vllm")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
