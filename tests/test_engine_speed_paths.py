@@ -279,3 +279,80 @@ def test_length_batches_with_a_padding_cap_close_early_and_keep_every_index():
         assert len(batch) * max(lengths[i] for i in batch) <= 1.25 * sum(lengths[i] for i in batch) or len(batch) == 1
     assert sum(len(b) * max(lengths[i] for i in b) for b in capped) < 0.5 * 16 * 555
     assert all(len(b) <= 4 for b in batching.length_batches(lengths, 4, max_padding=10))  # the row cap holds too
+
+
+def _sliding_lm(family: str):
+    """A tiny sliding-window model whose window (6) is far shorter than the test's prompts (~70 tokens)."""
+    from tiny import tiny_tokenizer
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM
+
+    from softeval.lm.models import BASE, LoadedModel
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    shape = {"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 6,
+             "initializer_range": 0.5, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if family == "gemma3":  # sliding and full layers: a mask for each
+        model = Gemma3ForCausalLM(Gemma3TextConfig(
+            **shape, layer_types=["sliding_attention", "full_attention", "sliding_attention"]))
+    else:  # every layer slides: one mask
+        model = MistralForCausalLM(MistralConfig(**shape))
+    return LoadedModel(model.eval().requires_grad_(False), tok, f"tiny-{family}", BASE, "test", pad_id=0, eos_ids=(2,))
+
+
+def _first_logprobs(lm, seqs, soft, prefix_cache):
+    got = {}
+    generation.generate(lm, seqs, soft=soft, max_new_tokens=3, batch_size=3, prefix_cache=prefix_cache,
+                        on_first_logprobs=lambda idx, lp: got.update({i: lp[k] for k, i in enumerate(idx)}))
+    return torch.stack([got[i] for i in range(len(seqs))])
+
+
+@pytest.mark.parametrize("family", ["gemma3", "mistral"])
+@pytest.mark.parametrize("with_soft", [False, True])
+def test_a_shared_prefix_on_a_sliding_window_model_gives_the_plain_layouts_results(family, with_soft):
+    """The pads between prefix and suffix must not count against the window: masks from positions."""
+    lm = _sliding_lm(family)
+    seqs, soft = _seqs(lm), _soft(lm) if with_soft else None
+    assert min(map(len, seqs)) > 10 * lm.model.config.sliding_window and len(set(map(len, seqs))) > 1
+    assert kv_cache.position_masks_usable(lm)
+    assert kv_cache.plan_prefix(lm, seqs, soft, True) is not None  # the prefix is shared, not declined
+    plain = _first_logprobs(lm, seqs, soft, False)
+    torch.testing.assert_close(_first_logprobs(lm, seqs, soft, True), plain, rtol=1e-5, atol=1e-4)
+    kw = {"soft": soft, "max_new_tokens": 12, "batch_size": 3}
+    assert (generation.generate(lm, seqs, prefix_cache=True, **kw).texts
+            == generation.generate(lm, seqs, prefix_cache=False, **kw).texts)
+    tok = lambda t: lm.tokenizer(t, add_special_tokens=False).input_ids
+    options = [[tok(" yes"), tok(" no"), tok(" a b c")] for _ in seqs]
+    torch.testing.assert_close(
+        torch.tensor(loglik.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=True)),
+        torch.tensor(loglik.option_logprobs(lm, seqs, options, soft=soft, batch_size=3, prefix_cache=False)),
+        rtol=1e-5, atol=1e-4)
+
+
+def test_position_masks_apply_the_window_in_positions_not_columns(monkeypatch):
+    """The window matters on these prompts (masking without it moves the logits; the per-model probe
+    then declines the shared prefix), and the masks measure it in positions: a row with pads between
+    prefix and suffix sees the same keys as without pads."""
+    lm, fresh = _sliding_lm("gemma3"), _sliding_lm("gemma3")
+    seqs = _seqs(lm)
+    plain = _first_logprobs(lm, seqs, None, False)
+    assert kv_cache.position_masks_usable(lm)  # probed (and kept) before the rule is broken below
+    full = kv_cache.position_masks
+
+    def no_window(model, mask, positions):
+        masks = full(model, mask, positions)
+        return {"full_attention": masks["full_attention"], "sliding_attention": masks["full_attention"]}
+
+    monkeypatch.setattr(kv_cache, "position_masks", no_window)
+    assert (_first_logprobs(lm, seqs, None, True) - plain).abs().max() > 0.1
+    assert not kv_cache.position_masks_usable(fresh) and kv_cache.plan_prefix(fresh, seqs, None, True) is None
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]])
+    positions = torch.tensor([[2, 3], [4, 5]])
+    sliding = full(lm.model, mask, positions)["sliding_attention"][:, 0] == 0  # True where a query sees a key
+    window = lm.model.config.sliding_window
+    for row in range(2):
+        key_pos = (mask[row].cumsum(-1) - 1).tolist()
+        for q, p in enumerate(positions[row].tolist()):
+            want = [bool(mask[row, k]) and 0 <= p - key_pos[k] < window for k in range(mask.shape[1])]
+            assert sliding[row, q].tolist() == want

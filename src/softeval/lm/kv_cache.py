@@ -9,6 +9,12 @@ full-attention model grows in place, and the shared prefix computed once per cal
   ``[pads][soft][prefix][suffix]`` (``softprompt.layout_inputs``).
 - a plain (full-attention) KV cache grows in place (``GrowingLayer``: a buffer with spare room,
   doubled when full) instead of concatenating the whole cache at every decoding step.
+- sliding-window models (Gemma 2/3, Mistral): the pads between prefix and suffix would count against
+  the window, which transformers measures in columns. So a shared prefix there keeps every layer's
+  whole cache (``GrowingLayer``s) and each forward pass gets its attention masks from token positions
+  (``position_masks``: causal, and within the window on the sliding layers), exactly the masks of
+  the plain layout, whatever the width; where a per-model probe shows the model does not take them
+  (``position_masks_usable``), the prefix is not shared.
 
 Each is checked against the plain path in tests/test_engine_speed_paths.py.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -47,9 +54,13 @@ def output_cache(out):
 
 def forward_last(lm, inputs: dict, keep: int, *, cache=None, use_cache: bool = False):
     """Forward pass that computes the vocabulary head only on the last ``keep`` positions,
-    continuing ``cache`` (or ``inputs["cache"]``) if given; ``output_cache(out)`` is the cache after it."""
+    continuing ``cache`` (or ``inputs["cache"]``) if given; ``output_cache(out)`` is the cache after it.
+    A sliding-window model continuing a ``growing_cache`` gets its masks from token positions
+    (``position_masks``)."""
     inputs = dict(inputs)
     cache = inputs.pop("cache", cache)
+    if _is_growing(cache) and not full_attention(lm.model) and inputs["attention_mask"].dim() == 2:
+        inputs["attention_mask"] = position_masks(lm.model, inputs["attention_mask"], inputs["position_ids"])
     kwargs = {"use_cache": use_cache or cache is not None}
     if cache is not None:
         kwargs[_cache_kwarg(lm.model)] = cache
@@ -96,6 +107,71 @@ class GrowingLayer(DynamicLayer):
             self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
 
 
+def _is_growing(cache) -> bool:
+    return isinstance(cache, Cache) and getattr(cache, "layer_class_to_replicate", None) is GrowingLayer
+
+
+MASKED_TYPES = ("full_attention", "sliding_attention")  # layer types position_masks can mask
+
+
+def position_masks(model, mask: torch.Tensor, positions: torch.Tensor):
+    """The additive 4D attention masks [B, 1, Q, K] of a pass whose keys are every column of ``mask``
+    [B, K] (cached and new; 0 on pads) and whose queries are its last Q columns at ``positions``
+    [B, Q]: a query sees the real keys at positions up to its own, and on a sliding layer only those
+    less than the window behind it (transformers' rule: distance < sliding_window). Measured in
+    positions, so the pads between a shared prefix and an item's suffix do not count. A pad query
+    sees every column (its output is never read; a fully masked row would give NaN). One mask for a
+    model whose every layer slides, else ``{layer type: mask}``."""
+    cfg = getattr(model.config, "text_config", model.config)
+    window = int(cfg.sliding_window)
+    real = mask.bool()
+    key_pos = (mask.cumsum(-1) - 1)[:, None, :]
+    q_pos = positions[:, :, None]
+    seen = real[:, None, :] & (key_pos <= q_pos)
+    pad_query = ~real[:, -positions.shape[1]:, None]
+    dtype = model.dtype
+
+    def additive(allowed):
+        allowed = allowed | pad_query
+        return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~allowed, torch.finfo(dtype).min)[:, None]
+
+    sliding = additive(seen & (q_pos - key_pos < window))
+    types = set(getattr(cfg, "layer_types", None) or ("sliding_attention",))
+    if types == {"sliding_attention"}:
+        return sliding
+    return {"full_attention": additive(seen), "sliding_attention": sliding}
+
+
+_POSITION_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def position_masks_usable(lm) -> bool:
+    """Does this sliding-window model take ``position_masks`` and give, on a short probe with pads
+    between a shared prefix and the suffixes, the logits of the plain layout? Checked once per model."""
+    if lm.model not in _POSITION_MASKS:
+        _POSITION_MASKS[lm.model] = _position_probe(lm)
+    return _POSITION_MASKS[lm.model]
+
+
+def _position_probe(lm) -> bool:
+    cfg = getattr(lm.model.config, "text_config", lm.model.config)
+    if not getattr(cfg, "sliding_window", None) or not set(getattr(cfg, "layer_types", None) or ()) <= set(MASKED_TYPES):
+        return False
+    vocab = lm.model.get_input_embeddings().weight.shape[0]
+    head = [t % vocab for t in range(3, 9)]
+    seqs = [head + [t % vocab for t in range(20, 27)], head + [t % vocab for t in range(40, 42)]]
+    try:
+        with torch.no_grad():
+            plain, _ = forward_last(lm, layout_inputs(lm, seqs, None), 1)
+            prefix = SharedPrefix(lm, head, None, probed=True)
+            shared, _ = forward_last(lm, suffix_inputs(lm, prefix, [s[len(head):] for s in seqs]), 1)
+    except Exception:  # whatever a model raises on custom masks, the plain layout is kept
+        return False
+    a, b = shared.float(), plain.float()
+    return bool(torch.isfinite(a).all()) and torch.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(b.abs().max())))
+
+
 def full_attention(model) -> bool:
     """True when every layer attends to the whole context (no sliding window layers)."""
     cfg = getattr(model.config, "text_config", model.config)
@@ -140,13 +216,19 @@ def _cache_is_plain(model, cache) -> bool:
 class SharedPrefix:
     """KV cache of ``[soft prompt][prefix tokens]``, computed once, batch 1."""
 
-    def __init__(self, lm, ids: Sequence[int], soft: torch.Tensor | None):
+    def __init__(self, lm, ids: Sequence[int], soft: torch.Tensor | None, *, probed: bool = False):
         self.ids = list(ids)
         self.n_soft = 0 if soft is None else soft.shape[0]
         self.length = self.n_soft + len(self.ids)
-        _, out = forward_last(lm, layout_inputs(lm, [self.ids], soft), 1, use_cache=True)
+        self.full = full_attention(lm.model)
+        if not self.full and not (probed or position_masks_usable(lm)):
+            self.usable, self.kv = False, []
+            return
+        # a sliding-window model's own cache keeps only its window: give it one that keeps every column
+        own = None if self.full else growing_cache(())
+        _, out = forward_last(lm, layout_inputs(lm, [self.ids], soft), 1, use_cache=True, cache=own)
         cache = output_cache(out)
-        self.usable = _cache_is_plain(lm.model, cache)
+        self.usable = _is_growing(cache) if own is not None else _cache_is_plain(lm.model, cache)
         if hasattr(cache, "layers"):
             self.kv = [(layer.keys, layer.values) for layer in cache.layers]
         elif hasattr(cache, "key_cache"):
@@ -157,7 +239,7 @@ class SharedPrefix:
     def expanded(self, batch: int):
         """The prefix's cache for ``batch`` rows (only made for plain full-attention caches)."""
         legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
-        return growing_cache(legacy) if GROWING_CACHE else DynamicCache(legacy)
+        return growing_cache(legacy) if GROWING_CACHE or not self.full else DynamicCache(legacy)
 
 
 def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
