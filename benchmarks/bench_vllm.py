@@ -7,7 +7,8 @@ threads for the HF engine, and for both vLLM engines the binding softeval sets (
 lm-eval is given the prompt texts softeval renders and tokenises them itself (``generate_until``, its own
 path); softeval hands its token ids. Engine start-up is timed apart: a first start, then a second one
 (the compile cache of the first is then valid). ``--busy`` runs a matmul loop on one core beside every
-section (a shared machine). Prints a table, then the JSON (also ``--json-out``).
+section (a shared machine). Each side runs each section ``--repeat`` times (2), the order of the sides
+reversed every other round, and its best time counts. Prints a table, then the JSON (also ``--json-out``).
 
     .venv-vllm/bin/python benchmarks/bench_vllm.py [--gsm8k 32] [--mmlu 64] [--busy] [--json-out F]
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import time
 
 # no TQDM_DISABLE: vLLM 0.32 divides by its progress bar's elapsed time, 0 when disabled (lm-eval shows the bar)
@@ -45,6 +45,8 @@ def main() -> None:
     p.add_argument("--mmlu", type=int, default=64, help="MMLU items (zero- and 5-shot)")
     p.add_argument("--no-lmeval", action="store_true", help="leave lm-eval's vllm model out")
     p.add_argument("--busy", action="store_true", help="a matmul loop on one core beside every section")
+    p.add_argument("--repeat", type=int, default=2,
+                   help="times each side runs each section, in reversed order every other round; the best counts")
     p.add_argument("--json-out")
     args = p.parse_args()
 
@@ -53,7 +55,7 @@ def main() -> None:
     from softeval.lm import generation
     from softeval.lm.models import load_model
     from softeval.lm.softprompt import SoftPrompt
-    from softeval.lm.vllm_engine import VllmEngine, cpu_settings
+    from softeval.lm.vllm_engine import VllmEngine, cpu_settings, engine_env
     from softeval.run.prompting import Prompter, pick_shots
     from softeval.run.scoring import score_output
     from softeval.tasks import get_task
@@ -80,13 +82,9 @@ def main() -> None:
         importlib.metadata.version = version
         from lm_eval.models.vllm_causallms import VLLM
 
-        env = cpu_settings()
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        lmeval, t = timed(lambda: VLLM(pretrained=lm.source, dtype="float32", max_model_len=engine.max_len,
-                                       batch_size="auto", seed=0))
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        with engine_env(cpu_settings()):
+            lmeval, t = timed(lambda: VLLM(pretrained=lm.source, dtype="float32", max_model_len=engine.max_len,
+                                           batch_size="auto", seed=0))
         result["engine_start_s"]["lm-eval vllm"] = round(t, 1)
 
     rows = []
@@ -98,17 +96,24 @@ def main() -> None:
         noise = multiprocessing.Process(target=busy_loop, args=(stop,), daemon=True) if args.busy else None
         if noise:
             noise.start()
-        hf, t_hf = timed(lambda: generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens,
-                                                     stop=task.stop).texts)
-        ours, t_v = timed(lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
-                                                  stop=task.stop).texts)
-        theirs, t_lm = None, None
+        sides = {"hf": lambda: generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens,
+                                                   stop=task.stop).texts,
+                 "vllm": lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
+                                                 stop=task.stop).texts}
         if lmeval is not None and soft is None:
             from lm_eval.api.instance import Instance
 
             kwargs = {"until": list(task.stop), "max_gen_toks": task.max_new_tokens, "do_sample": False}
             instances = [Instance("generate_until", {}, (t, dict(kwargs)), i) for i, t in enumerate(texts)]
-            theirs, t_lm = timed(lambda: lmeval.generate_until(instances, disable_tqdm=True))
+            sides["lmeval"] = lambda: lmeval.generate_until(instances, disable_tqdm=True)
+        outs, times = {}, {k: [] for k in sides}
+        for r in range(args.repeat):  # every side the same number of times, the order reversed each round
+            for key in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                texts_now, t = timed(sides[key])
+                outs.setdefault(key, texts_now)
+                times[key].append(round(t, 2))
+        hf, ours, theirs = outs["hf"], outs["vllm"], outs.get("lmeval")
+        t_hf, t_v, t_lm = min(times["hf"]), min(times["vllm"]), min(times.get("lmeval") or [0])
         if noise:
             stop.set()
             noise.join()
@@ -116,7 +121,7 @@ def main() -> None:
         def acc(outs):
             return round(sum(score_output(task, e, o)["correct"] for e, o in zip(examples, outs)) / len(examples), 3)
 
-        entry = {"n": len(examples), "max_new_tokens": task.max_new_tokens, "hf_s": round(t_hf, 2),
+        entry = {"n": len(examples), "max_new_tokens": task.max_new_tokens, "times_s": times, "hf_s": round(t_hf, 2),
                  "vllm_s": round(t_v, 2), "vllm_vs_hf": round(t_hf / t_v, 2),
                  "identical_vllm_hf": sum(a == b for a, b in zip(ours, hf)), "acc_hf": acc(hf), "acc_vllm": acc(ours)}
         if theirs is not None:

@@ -19,10 +19,11 @@ uses, none reserved; on CUDA ``gpu_memory_utilization`` is half of what is free 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -108,6 +109,21 @@ def cpu_settings() -> dict[str, str]:
     return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
 
+@contextlib.contextmanager
+def engine_env(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set while a vLLM engine starts (it reads its CPU settings then), the caller's back after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def gpu_share(device: torch.device) -> float:
     """``gpu_memory_utilization`` beside an HF model already on the GPU: ``GPU_SHARE`` of what is free, as a
     share of the whole device (vLLM's unit)."""
@@ -135,16 +151,8 @@ class VllmEngine:
                     enable_prompt_embeds=True, generation_config="vllm", seed=0)  # greedy: the seed changes nothing
         self.env = {} if on_cuda else cpu_settings()
         self.args = args
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
+        with engine_env(self.env):
             self.llm = vllm.LLM(**args)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.start_seconds = time.time() - started
 
