@@ -157,15 +157,13 @@ def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
 
 @pytest.fixture(scope="module")
 def tuned_runs(engine_lm, tmp_path_factory):
-    """MMLU zero-shot and soft-prompt runs on vLLM (the soft prompt tuned on the HF model, as always), the
-    same zero-shot run on the HF engine, and the saved soft prompt scored by the HF engine."""
+    """MMLU zero-shot and soft-prompt runs on vLLM (the soft prompt tuned on the HF model, as always), and
+    the same zero-shot run on the HF engine."""
     out = tmp_path_factory.mktemp("vllm-runs")
     small = dict(model=SMOLLM2, task="mmlu", limit=8, steps=3, batch_size=4, curve_items=0)
     run_job(RunConfig(**small, methods=("zero-shot", "soft-prompt"), backend="vllm", vllm=ENGINE_ARGS,
                       out=str(out / "vllm")), lm=engine_lm)
     run_job(RunConfig(**small, methods=("zero-shot",), out=str(out / "hf")), lm=engine_lm)
-    saved = out / "vllm" / SMOLLM2 / "mmlu" / "soft-prompt" / "seed0" / "soft_prompt"
-    run_job(RunConfig(**small, methods=("soft-prompt",), soft_prompt=str(saved), out=str(out / "hf")), lm=engine_lm)
     return out
 
 
@@ -182,21 +180,19 @@ def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engin
     lm = engine_lm
     run = tuned_runs / "vllm" / SMOLLM2 / "mmlu" / "soft-prompt" / "seed0"
     results_v, samples_v = read_run(run)
-    results_h, samples_h = read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "soft-prompt" / "seed0")
     assert results_v["tuning"]["steps_run"] == 3  # really tuned
-    assert [s["id"] for s in samples_v] == [s["id"] for s in samples_h]
-    assert sum(a["output"] == b["output"] for a, b in zip(samples_v, samples_h)) / len(samples_v) >= 0.95
     assert results_v["engine"]["backend"] == "vllm" and results_v["engine"]["vllm"]
-    assert results_h["engine"] == {"backend": "hf"}
-    # the tuned soft prompt before long generations: GSM8K, 256 new tokens
+    assert read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "zero-shot" / "seed0")[0]["engine"] == {"backend": "hf"}
     soft = SoftPrompt.load(str(run / "soft_prompt"), lm).weight.detach()
-    task, examples = items("gsm8k", 16)
-    seqs = [Prompter(lm, task, True, []).ids(e, "soft-prompt") for e in examples]
-    hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
-    ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
-    share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
-    print(f"gsm8k with the tuned soft prompt: {share:.3f} identical; logit gaps where they part: {gaps}")
-    assert share >= 0.95 and all(g < 0.5 for g in gaps)
+    # the tuned soft prompt before MMLU's short answers and GSM8K's long ones (256 new tokens)
+    for task_name, n in (("mmlu", 8), ("gsm8k", 16)):
+        task, examples = items(task_name, n)
+        seqs = [Prompter(lm, task, True, []).ids(e, "soft-prompt") for e in examples]
+        hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
+        ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
+        share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
+        print(f"{task_name} with the tuned soft prompt: {share:.3f} identical; logit gaps where they part: {gaps}")
+        assert share >= 0.95 and all(g < 0.5 for g in gaps)
 
 
 @needs_vllm
