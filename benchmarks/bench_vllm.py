@@ -8,7 +8,8 @@ lm-eval is given the prompt texts softeval renders and tokenises them itself (``
 path); softeval hands its token ids. Engine start-up is timed apart: a first start, then a second one
 (the compile cache of the first is then valid). ``--busy`` runs a matmul loop on one core beside every
 section (a shared machine). Each side runs each section ``--repeat`` times (2), the order of the sides
-reversed every other round, and its best time counts. Prints a table, then the JSON (also ``--json-out``).
+reversed every other round, and its best time counts; vLLM's prefix cache is emptied before each
+vLLM call (within a call it shares what prompts share, as the HF engine's shared prefix does). Prints a table, then the JSON (also ``--json-out``).
 
     .venv-vllm/bin/python benchmarks/bench_vllm.py [--gsm8k 32] [--mmlu 64] [--busy] [--json-out F]
 """
@@ -92,20 +93,27 @@ def main() -> None:
     def section(name, task, examples, prompter, method, soft=None):
         seqs = [prompter.ids(e, method) for e in examples]
         texts = [prompter.text(e, method) for e in examples]
-        stop = multiprocessing.Event()
-        noise = multiprocessing.Process(target=busy_loop, args=(stop,), daemon=True) if args.busy else None
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP and engine threads run
+        stop = spawn.Event()
+        noise = spawn.Process(target=busy_loop, args=(stop,), daemon=True) if args.busy else None
         if noise:
             noise.start()
+        def fresh(llm, run):  # no KV of an earlier round's identical prompts (vLLM's prefix cache keeps them)
+            def call():
+                llm.reset_prefix_cache()
+                return run()
+            return call
+
         sides = {"hf": lambda: generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens,
                                                    stop=task.stop).texts,
-                 "vllm": lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
-                                                 stop=task.stop).texts}
+                 "vllm": fresh(engine.llm, lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
+                                                                   stop=task.stop).texts)}
         if lmeval is not None and soft is None:
             from lm_eval.api.instance import Instance
 
             kwargs = {"until": list(task.stop), "max_gen_toks": task.max_new_tokens, "do_sample": False}
             instances = [Instance("generate_until", {}, (t, dict(kwargs)), i) for i, t in enumerate(texts)]
-            sides["lmeval"] = lambda: lmeval.generate_until(instances, disable_tqdm=True)
+            sides["lmeval"] = fresh(lmeval.model, lambda: lmeval.generate_until(instances, disable_tqdm=True))
         outs, times = {}, {k: [] for k in sides}
         for r in range(args.repeat):  # every side the same number of times, the order reversed each round
             for key in (list(sides) if r % 2 == 0 else list(sides)[::-1]):

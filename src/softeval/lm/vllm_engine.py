@@ -181,6 +181,8 @@ class VllmEngine:
         stop = tuple(stop) + end_markers(lm)
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
                                 stop_token_ids=sorted(eos), ignore_eos=True, skip_special_tokens=False)
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # longest first, as the HF engine batches
+        seqs = [seqs[i] for i in order]
         if soft is None:
             prompts = [{"prompt_token_ids": list(s)} for s in seqs]
         else:
@@ -202,7 +204,8 @@ class VllmEngine:
             limited.append(not ended and max_new_tokens > 0)
         if progress:
             progress(len(seqs))
-        return Generation(texts, limited)
+        back = sorted(range(len(order)), key=order.__getitem__)  # the caller's order again
+        return Generation([texts[k] for k in back], [limited[k] for k in back])
 
     def close(self) -> None:
         """Shut the engine's processes down and free its memory (a sweep worker, before its next model)."""
