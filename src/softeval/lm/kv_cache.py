@@ -228,7 +228,7 @@ class SharedPrefix:
         own = None if self.full else growing_cache(())
         _, out = forward_last(lm, layout_inputs(lm, [self.ids], soft), 1, use_cache=True, cache=own)
         cache = output_cache(out)
-        self.usable = _is_growing(cache) if own is not None else _cache_is_plain(lm.model, cache)
+        self.usable = own is not None or _cache_is_plain(lm.model, cache)
         if hasattr(cache, "layers"):
             self.kv = [(layer.keys, layer.values) for layer in cache.layers]
         elif hasattr(cache, "key_cache"):
@@ -237,7 +237,8 @@ class SharedPrefix:
             self.kv = [tuple(layer[:2]) for layer in cache]
 
     def expanded(self, batch: int):
-        """The prefix's cache for ``batch`` rows (only made for plain full-attention caches)."""
+        """The prefix's cache for ``batch`` rows (a ``growing_cache`` always on a sliding-window model,
+        whose masks ``forward_last`` then builds from positions)."""
         legacy = tuple((k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in self.kv)
         return growing_cache(legacy) if GROWING_CACHE or not self.full else DynamicCache(legacy)
 

@@ -191,21 +191,20 @@ class VllmEngine:
             prompts = [{"prompt_embeds": torch.cat([soft, embed(torch.tensor(list(s), device=soft.device))]).cpu()}
                        for s in seqs]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        texts, limited = [], []
+        texts, limited = [""] * len(seqs), [False] * len(seqs)  # in the caller's order
         decode = lm.tokenizer.decode
-        for out in outputs:
+        for i, out in zip(order, outputs):
             ids = list(out.outputs[0].token_ids)
             ended = bool(ids) and ids[-1] in eos
             if ended:
                 ids = ids[:-1]
             raw = decode(ids, skip_special_tokens=False)
             ended = ended or any(s in raw for s in stop)
-            texts.append(cut_at_stop(raw, stop))
-            limited.append(not ended and max_new_tokens > 0)
+            texts[i] = cut_at_stop(raw, stop)
+            limited[i] = not ended and max_new_tokens > 0
         if progress:
             progress(len(seqs))
-        back = sorted(range(len(order)), key=order.__getitem__)  # the caller's order again
-        return Generation([texts[k] for k in back], [limited[k] for k in back])
+        return Generation(texts, limited)
 
     def close(self) -> None:
         """Shut the engine's processes down and free its memory (a sweep worker, before its next model)."""
