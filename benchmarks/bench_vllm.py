@@ -9,9 +9,13 @@ path); softeval hands its token ids. Engine start-up is timed apart: a first sta
 (the compile cache of the first is then valid). ``--busy`` runs a matmul loop on one core beside every
 section (a shared machine). Each side runs each section ``--repeat`` times (2), the order of the sides
 reversed every other round, and its best time counts; vLLM's prefix cache is emptied before each
-vLLM call (within a call it shares what prompts share, as the HF engine's shared prefix does). Prints a table, then the JSON (also ``--json-out``).
+vLLM call (within a call it shares what prompts share, as the HF engine's shared prefix does).
+The "vLLM" side is the compiled engine (``enforce_eager=false``, vLLM's and lm-eval's default);
+``--eager`` adds a side: a second engine with ``enforce_eager`` (no graph compile: the CPU default of
+``--backend vllm``, a start many times shorter), to tell what the compiled engine's start buys.
+``--sections`` picks sections by name. Prints a table, then the JSON (also ``--json-out``).
 
-    .venv-vllm/bin/python benchmarks/bench_vllm.py [--gsm8k 32] [--mmlu 64] [--busy] [--json-out F]
+    .venv-vllm/bin/python benchmarks/bench_vllm.py [--gsm8k 32] [--mmlu 64] [--busy] [--eager] [--json-out F]
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ def busy_loop(stop) -> None:  # pragma: no cover - a process of its own
         a = (a @ a).tanh()
 
 
+SECTIONS = ("gsm8k zero-shot", "mmlu zero-shot", "mmlu 5-shot", "gsm8k soft-prompt")
+
+
 def timed(fn):
     t0 = time.perf_counter()
     value = fn()
@@ -48,8 +55,13 @@ def main() -> None:
     p.add_argument("--busy", action="store_true", help="a matmul loop on one core beside every section")
     p.add_argument("--repeat", type=int, default=2,
                    help="times each side runs each section, in reversed order every other round; the best counts")
+    p.add_argument("--eager", action="store_true", help="also time a second vLLM engine with enforce_eager")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of: {', '.join(SECTIONS)}")
     p.add_argument("--json-out")
     args = p.parse_args()
+    wanted = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if unknown := [x for x in wanted if x not in SECTIONS]:
+        p.error(f"unknown section(s) {unknown}; pick from {list(SECTIONS)}")
 
     import torch
 
@@ -65,9 +77,14 @@ def main() -> None:
     lm = load_model(args.model, device="cpu", dtype="float32")
     result: dict = {"model": args.model, "torch_threads": torch.get_num_threads(), "busy": args.busy,
                     "cpu_env": cpu_settings(), "sections": {}}
-    _, first = timed(lambda: VllmEngine(lm).close())
-    engine, cached = timed(lambda: VllmEngine(lm))
+    compiled = {"enforce_eager": False}  # vLLM's own default, and lm-eval's: the like-for-like comparison
+    _, first = timed(lambda: VllmEngine(lm, compiled).close())
+    engine, cached = timed(lambda: VllmEngine(lm, compiled))
     result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
+    eager = None
+    if args.eager:
+        eager, t = timed(lambda: VllmEngine(lm, {"enforce_eager": True}))
+        result["engine_start_s"]["enforce_eager"] = round(t, 1)
     lmeval = None
     print(f"engine start: {result['engine_start_s']}", flush=True)
     if not args.no_lmeval:
@@ -91,6 +108,8 @@ def main() -> None:
     rows = []
 
     def section(name, task, examples, prompter, method, soft=None):
+        if name not in wanted:
+            return
         seqs = [prompter.ids(e, method) for e in examples]
         texts = [prompter.text(e, method) for e in examples]
         spawn = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP and engine threads run
@@ -108,6 +127,9 @@ def main() -> None:
                                                    stop=task.stop).texts,
                  "vllm": fresh(engine.llm, lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
                                                                    stop=task.stop).texts)}
+        if eager is not None:
+            sides["vllm-eager"] = fresh(eager.llm, lambda: eager.generate(
+                seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop).texts)
         if lmeval is not None and soft is None:
             from lm_eval.api.instance import Instance
 
@@ -135,6 +157,10 @@ def main() -> None:
         if theirs is not None:
             entry.update(lmeval_s=round(t_lm, 2), vllm_vs_lmeval=round(t_lm / t_v, 2), acc_lmeval=acc(theirs),
                          identical_vllm_lmeval=sum(a.strip() == b.strip() for a, b in zip(ours, theirs)))
+        if eager is not None:
+            t_e = min(times["vllm-eager"])
+            entry.update(eager_s=round(t_e, 2), compiled_vs_eager=round(t_e / t_v, 2),
+                         identical_eager_compiled=sum(a == b for a, b in zip(outs["vllm-eager"], ours)))
         result["sections"][name] = entry
         rows.append((name, entry))
         print(name, entry, flush=True)
@@ -150,16 +176,19 @@ def main() -> None:
     soft = SoftPrompt.initialise(lm, 10, "vocab", 0).weight.detach()
     section("gsm8k soft-prompt", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "soft-prompt", soft=soft)
     engine.close()
+    if eager is not None:
+        eager.close()
 
     print(f"{args.model}, torch threads {torch.get_num_threads()}, vLLM CPU env {result['cpu_env']}"
           f"{', busy machine' if args.busy else ''}")
     print(f"engine start: {result['engine_start_s']}")
     print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
-          f"{'vLLM/lm-eval':>12} {'same as HF':>10}")
+          f"{'vLLM/lm-eval':>12} {'same as HF':>10}" + (f" {'eager s':>8} {'compiled/eager':>14}" if eager else ""))
     for name, e in rows:
         print(f"{name:20} {e['n']:5} {e['hf_s']:7.1f} {e['vllm_s']:7.1f} {e.get('lmeval_s', float('nan')):9.1f} "
               f"{e['vllm_vs_hf']:7.2f}x {e.get('vllm_vs_lmeval', float('nan')):11.2f}x "
-              f"{e['identical_vllm_hf']:>5}/{e['n']}")
+              f"{e['identical_vllm_hf']:>5}/{e['n']}"
+              + (f" {e['eager_s']:8.1f} {e['compiled_vs_eager']:13.2f}x" if eager else ""))
     text = json.dumps(result, indent=1)
     print(text)
     if args.json_out:

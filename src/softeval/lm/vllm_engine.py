@@ -14,7 +14,7 @@ tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt
 One engine per loaded model (``LoadedModel.engine``); ``close`` shuts its processes down and frees
 its memory. Sizing (docs/backends.md): on CPU the engine runs in this process, the KV cache gets a
 quarter of the available memory (1 to 8 GiB) and the engine's threads are bound to the CPUs this
-process may use, as many as torch uses, none reserved; on CUDA ``gpu_memory_utilization`` is half of what is free after the HF model.
+process may use when torch's threads fill them (else left unbound, as many as torch uses), none reserved; on CUDA ``gpu_memory_utilization`` is half of what is free after the HF model.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of avai
 # model's own batches (tuning a sweep worker's next soft prompt, log-likelihoods) beside the engine
 GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
+# CPU: no graph compile unless asked (--vllm-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
+# engine started in 146-182 s and generated GSM8K 1.3x faster than the eager one, which started in 8-18 s: the
+# compile pays for itself only after ~1,500 GSM8K items per engine start (docs/backends.md).
+CPU_EAGER = True
 
 
 def import_vllm():
@@ -95,18 +99,28 @@ def check_model(name: str) -> None:
                         "load it with --backend hf, or save it as a folder (transformers' save_pretrained)")
 
 
+def thread_binding() -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND``: every CPU this process may use when its torch threads fill them (a
+    machine or a pinned share of one), else ``nobind`` with torch's thread count: a Ray worker given 2 of
+    a machine's 8 CPUs is not pinned to any, so binding it to "the first 2" would put every such worker
+    on the same two cores; unbound, the OS spreads them."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if max(1, torch.get_num_threads()) < len(allowed):
+        return "nobind"
+    return ",".join(map(str, allowed))
+
+
 def cpu_settings() -> dict[str, str]:
-    """The environment of vLLM's CPU engine: its threads bound to the CPUs this process may use (as many
-    as torch uses: a sweep worker's share), none reserved for the front end, a KV cache sized from the
-    available memory, and the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: on 2 cores a
-    start in ~18 s instead of ~47 s, each spawned engine process importing torch and vLLM anew, and no
-    inter-process hop per step). A variable the user set is left as it is."""
+    """The environment of vLLM's CPU engine: its threads bound as ``thread_binding`` says, none reserved
+    for the front end, a KV cache sized from the available memory, and the engine in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: on 2 cores a start in ~18 s instead of ~47 s, each spawned
+    engine process importing torch and vLLM anew, and no inter-process hop per step). A variable the
+    user set is left as it is."""
     import psutil
 
-    cpus = sorted(os.sched_getaffinity(0))[:max(1, torch.get_num_threads())]
     gib = psutil.virtual_memory().available / 2**30
     space = int(min(KV_CACHE_GIB[1], max(KV_CACHE_GIB[0], gib * KV_CACHE_SHARE)))
-    wanted = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    wanted = {"VLLM_CPU_OMP_THREADS_BIND": thread_binding(), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
               "VLLM_CPU_KVCACHE_SPACE": str(space), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
@@ -148,6 +162,8 @@ class VllmEngine:
         on_cuda = lm.device.type == "cuda"
         if on_cuda:
             args["gpu_memory_utilization"] = gpu_share(lm.device)
+        else:
+            args["enforce_eager"] = CPU_EAGER
         args.update(engine_args or {})
         args.update(model=lm.source, tokenizer=lm.source, dtype=str(lm.model.dtype).removeprefix("torch."),
                     enable_prompt_embeds=True, generation_config="vllm", seed=0)  # greedy: the seed changes nothing
@@ -165,7 +181,11 @@ class VllmEngine:
 
     @torch.no_grad()
     def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
-                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> Generation:
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None,
+                 first_ids: Sequence[list[int]] | None = None) -> Generation:
+        """``first_ids``: per sequence, tokens (a multiple-choice item's letters) whose log-probabilities as
+        the first new token come back in ``first_logprobs``, read off the same step that picks it
+        (``logprob_token_ids``: from the raw logits, as the HF engine's ``on_first_logprobs``)."""
         from vllm import SamplingParams
 
         if not seqs:
@@ -179,10 +199,17 @@ class VllmEngine:
         lm = self.lm
         eos = set(lm.eos_ids or ())
         stop = tuple(stop) + end_markers(lm)
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
-                                stop_token_ids=sorted(eos), ignore_eos=True, skip_special_tokens=False)
+        if first_ids is not None and max_new_tokens < 1:
+            raise ValueError("first_ids needs max_new_tokens >= 1")
         order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # longest first, as the HF engine batches
         seqs = [seqs[i] for i in order]
+
+        def sampling(i: int) -> SamplingParams:
+            return SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
+                                  stop_token_ids=sorted(eos), ignore_eos=True, skip_special_tokens=False,
+                                  logprob_token_ids=None if first_ids is None else list(first_ids[i]))
+
+        params = sampling(0) if first_ids is None else [sampling(i) for i in order]
         if soft is None:
             prompts = [{"prompt_token_ids": list(s)} for s in seqs]
         else:
@@ -192,8 +219,12 @@ class VllmEngine:
                        for s in seqs]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         texts, limited = [""] * len(seqs), [False] * len(seqs)  # in the caller's order
+        firsts: list[list[float]] = [[] for _ in seqs]
         decode = lm.tokenizer.decode
         for i, out in zip(order, outputs):
+            if first_ids is not None:
+                first = out.outputs[0].logprobs[0]
+                firsts[i] = [float(first[t].logprob) for t in first_ids[i]]
             ids = list(out.outputs[0].token_ids)
             ended = bool(ids) and ids[-1] in eos
             if ended:
@@ -204,7 +235,7 @@ class VllmEngine:
             limited[i] = not ended and max_new_tokens > 0
         if progress:
             progress(len(seqs))
-        return Generation(texts, limited)
+        return Generation(texts, limited, first_logprobs=None if first_ids is None else firsts)
 
     def close(self) -> None:
         """Shut the engine's processes down and free its memory (a sweep worker, before its next model)."""

@@ -338,9 +338,9 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
     ids = [e.id for e in job.items]
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    engine = job.engine() if cfg.backend == "vllm" else None  # generation on vLLM; log-likelihoods stay here
-    # Single-token options (letters) are scored from the generation's own first forward pass (HF engine).
-    single = engine is None and options is not None and all(len(o) == 1 for opts in options for o in opts)
+    engine = job.engine() if cfg.backend == "vllm" else None  # generation on vLLM; longer log-likelihoods stay here
+    # Single-token options (letters) are scored from the generation's own first step, on either engine.
+    single = options is not None and all(len(o) == 1 for opts in options for o in opts)
     cloze = task.cloze is not None
     permute = cfg.permutations > 0 and task.multiple_choice
     needs = ("cloze_scores",) * cloze + ("permutation_picks",) * permute
@@ -361,7 +361,10 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
 
             if engine is not None:
                 gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
-                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n))
+                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n),
+                                      first_ids=[[o[0] for o in options[i]] for i in chunk] if single else None)
+                if single:
+                    scores = dict(enumerate(gen.first_logprobs))
             else:
                 gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft,
                                           max_new_tokens=task.max_new_tokens, stop=task.stop,
