@@ -412,10 +412,17 @@ def section_vllm(device, dtype, plan, tok, prompts) -> dict:
             hf, t_hf = timed(device, lambda: generation.generate(lm, seqs, soft=s, max_new_tokens=new,
                                                                   batch_size="auto").texts)
             ours, t_v = timed(device, lambda: engine.generate(seqs, soft=s, max_new_tokens=new).texts)
+            # letters' log-probabilities off the first step (MMLU on --backend vllm) against the HF model's
+            letters, hf_first = [[10, 20, 30, 40]] * len(seqs), {}
+            generation.generate(lm, seqs, soft=s, max_new_tokens=1, batch_size="auto", on_first_logprobs=lambda idx, lp:
+                                hf_first.update({i: [float(lp[k, t]) for t in letters[i]] for k, i in enumerate(idx)}))
+            firsts = engine.generate(seqs, soft=s, max_new_tokens=1, first_ids=letters).first_logprobs
             engine.close()
             out[name] = {"engine_start_s": round(t_start, 1), "items": len(seqs), "new_tokens": new,
                          "hf_items_per_s": round(len(seqs) / t_hf, 2), "vllm_items_per_s": round(len(seqs) / t_v, 2),
                          "vllm_vs_hf": round(t_hf / t_v, 2), "identical": sum(a == b for a, b in zip(hf, ours)),
+                         "letters_max_abs_diff": round(max(abs(a - b) for i, v in enumerate(firsts)
+                                                           for a, b in zip(v, hf_first[i])), 4),
                          "gpu_memory_utilization": engine.args.get("gpu_memory_utilization")}
             log(f"vllm {name}: {out[name]}")
             lm = model = engine = None
