@@ -149,7 +149,7 @@ def agreement(lm, seqs, texts_hf, texts_vllm, soft=None) -> tuple[float, list[fl
 
 
 @needs_vllm
-@pytest.mark.parametrize("task_name,n", [("mmlu", 24), ("gsm8k", 24)])
+@pytest.mark.parametrize("task_name,n", [("mmlu", 20), ("gsm8k", 20)])
 def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
     lm = engine_lm
     task, examples = items(task_name, n)
@@ -208,7 +208,7 @@ def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engin
     assert read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "zero-shot" / "seed0")[0]["engine"] == {"backend": "hf"}
     soft = SoftPrompt.load(str(run / "soft_prompt"), lm).weight.detach()
     # the tuned soft prompt before MMLU's short answers and GSM8K's long ones (256 new tokens)
-    for task_name, n in (("mmlu", 8), ("gsm8k", 10)):
+    for task_name, n in (("mmlu", 8), ("gsm8k", 8)):
         task, examples = items(task_name, n)
         seqs = [Prompter(lm, task, True, []).ids(e, "soft-prompt") for e in examples]
         hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
@@ -246,10 +246,10 @@ def test_a_bad_engine_argument_is_one_line_before_any_model_loads(tmp_path, caps
 def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
                                                        "resources": {"cpus": 2}}],
-            "tasks": ["mmlu"], "methods": ["zero-shot", "few-shot"], "limit": 4, "shots": 1}
+            "tasks": ["mmlu"], "methods": ["zero-shot", "few-shot"], "limit": 2, "shots": 1}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert cli.main(["sweep", str(path)]) == 0
     for method in ("zero-shot", "few-shot"):
         results, samples = read_run(tmp_path / "runs" / SMOLLM2 / "mmlu" / method / "seed0")
-        assert results["engine"]["backend"] == "vllm" and len(samples) == 4
+        assert results["engine"]["backend"] == "vllm" and len(samples) == 2
