@@ -148,33 +148,38 @@ def agreement(lm, seqs, texts_hf, texts_vllm, soft=None) -> tuple[float, list[fl
     return same / len(seqs), gaps
 
 
-@needs_vllm
-@pytest.mark.parametrize("task_name,n", [("mmlu", 20), ("gsm8k", 20)])
-def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
-    lm = engine_lm
-    task, examples = items(task_name, n)
+def both_engines(lm, task, examples, method: str, soft=None) -> None:
+    """Greedy outputs of the HF engine and of vLLM on the same prompts: ≥ 95% identical, parting only at a
+    near-tie; on multiple choice the letters' log-probabilities off vLLM's first step equal the HF model's."""
     prompter = Prompter(lm, task, True, [])
-    seqs = [prompter.ids(e, "zero-shot") for e in examples]
+    seqs = [prompter.ids(e, method) for e in examples]
     letters = [[o[0] for o in prompter.option_ids(e)] for e in examples] if task.multiple_choice else None
     hf_letters: dict[int, list[float]] = {}
 
     def keep_first(indices, logprobs):
         hf_letters.update({i: [float(logprobs[slot, t]) for t in letters[i]] for slot, i in enumerate(indices)})
 
-    hf = generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
+    hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
                              on_first_logprobs=keep_first if letters else None)
-    ours = lm.engine.generate(seqs, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters)
-    share, gaps = agreement(lm, seqs, hf.texts, ours.texts)
-    print(f"{task_name} zero-shot: {share:.3f} identical; logit gaps where they part: {gaps}")
+    ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters)
+    share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
+    print(f"{task.name} {method}: {share:.3f} identical; logit gaps where they part: {gaps}")
     assert share >= 0.95
     assert all(g < 0.5 for g in gaps)  # they part only where the two top tokens nearly tie
     assert ours.hit_limit == hf.hit_limit or share < 1
-    if letters:  # the letters' log-probabilities, read off vLLM's first step, are the HF model's
+    if letters:
         worst = max(abs(a - b) for i in range(len(seqs)) for a, b in zip(hf_letters[i], ours.first_logprobs[i]))
-        print(f"{task_name}: letters' log-probabilities, vLLM vs HF, largest difference {worst:.2e}")
+        print(f"{task.name} {method}: letters' log-probabilities, vLLM vs HF, largest difference {worst:.2e}")
         assert worst < 1e-3 and len(ours.first_logprobs) == len(seqs)
         picks = [max(range(len(v)), key=v.__getitem__) for v in ours.first_logprobs]
         assert picks == [max(range(len(hf_letters[i])), key=hf_letters[i].__getitem__) for i in range(len(seqs))]
+
+
+@needs_vllm
+@pytest.mark.parametrize("task_name,n", [("mmlu", 20), ("gsm8k", 20)])
+def test_greedy_outputs_equal_the_hf_engines_zero_shot(engine_lm, task_name, n):
+    task, examples = items(task_name, n)
+    both_engines(engine_lm, task, examples, "zero-shot")
 
 
 @pytest.fixture(scope="module")
@@ -207,15 +212,10 @@ def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engin
     assert results_v["engine"]["engine_args"]["enforce_eager"] is True  # the CPU default
     assert read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "zero-shot" / "seed0")[0]["engine"] == {"backend": "hf"}
     soft = SoftPrompt.load(str(run / "soft_prompt"), lm).weight.detach()
-    # the tuned soft prompt before MMLU's short answers and GSM8K's long ones (256 new tokens)
+    # the tuned soft prompt before MMLU's short answers (and its letters) and GSM8K's long ones (256 new tokens)
     for task_name, n in (("mmlu", 8), ("gsm8k", 8)):
         task, examples = items(task_name, n)
-        seqs = [Prompter(lm, task, True, []).ids(e, "soft-prompt") for e in examples]
-        hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
-        ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop)
-        share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
-        print(f"{task_name} with the tuned soft prompt: {share:.3f} identical; logit gaps where they part: {gaps}")
-        assert share >= 0.95 and all(g < 0.5 for g in gaps)
+        both_engines(lm, task, examples, "soft-prompt", soft)
 
 
 @needs_vllm
