@@ -45,8 +45,8 @@ KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of avai
 GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
 # CPU: no graph compile unless asked (--vllm-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
-# engine started in 146-182 s and generated GSM8K 1.3x faster than the eager one, which started in 8-18 s: the
-# compile pays for itself only after ~1,500 GSM8K items per engine start (docs/backends.md).
+# engine started in 145-191 s and generated GSM8K 1.26-1.44x faster than the eager one, which started in 8-18 s:
+# the compile pays for itself only after ~1,000-1,500 GSM8K items per engine start (docs/backends.md).
 CPU_EAGER = True
 
 
