@@ -413,9 +413,9 @@ def section_vllm(device, dtype, plan, tok, prompts) -> dict:
                                                                   batch_size="auto").texts)
             ours, t_v = timed(device, lambda: engine.generate(seqs, soft=s, max_new_tokens=new).texts)
             # letters' log-probabilities off the first step (MMLU on --backend vllm) against the HF model's
-            letters, hf_first = [[10, 20, 30, 40]] * len(seqs), {}
-            generation.generate(lm, seqs, soft=s, max_new_tokens=1, batch_size="auto", on_first_logprobs=lambda idx, lp:
-                                hf_first.update({i: [float(lp[k, t]) for t in letters[i]] for k, i in enumerate(idx)}))
+            letters = [[10, 20, 30, 40]] * len(seqs)
+            hf_first = generation.generate(lm, seqs, soft=s, max_new_tokens=1, batch_size="auto",
+                                           first_ids=letters).first_logprobs
             firsts = engine.generate(seqs, soft=s, max_new_tokens=1, first_ids=letters).first_logprobs
             engine.close()
             out[name] = {"engine_start_s": round(t_start, 1), "items": len(seqs), "new_tokens": new,

@@ -43,8 +43,9 @@ class Generation:
     """What ``generate`` gives, per sequence in the caller's order: ``texts`` (each output, cut at the
     first stop string or end marker), ``hit_limit`` (whether it ran out of ``max_new_tokens`` before
     a stop string or EOS ended it: the output may be cut off), ``target_nll`` (with ``targets``:
-    the summed negative log-likelihood of its target; else None) and ``first_logprobs`` (vLLM, with
-    ``first_ids``: the log-probability of each of those tokens as the first new one; else None)."""
+    the summed negative log-likelihood of its target; else None) and ``first_logprobs`` (with
+    ``first_ids``, on either engine: the log-probability of each of those tokens as the first new one;
+    else None)."""
 
     texts: list[str]
     hit_limit: list[bool]
@@ -57,6 +58,7 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
              stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
              prefix_cache: bool | None = None, max_batch_size: int | None = None,
              on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None,
+             first_ids: Sequence[list[int]] | None = None,
              targets: Sequence[list[int]] | None = None, max_padding: float | None = None) -> Generation:
     """Greedy continuation of each sequence, cut at the first stop string or EOS (``Generation``).
 
@@ -68,6 +70,8 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     ``on_first_logprobs(indices, logprobs)``: called per batch with the items' indices and the
     log-probabilities [batch, vocab] of the first generated token, so single-token option scores
     (MMLU letters) come from the same forward pass as the generation instead of a second one.
+    ``first_ids``: per sequence, the tokens whose first-token log-probabilities ``Generation.first_logprobs``
+    keeps (the letters of a multiple-choice item; ``VllmEngine.generate`` takes the same).
 
     ``prefix_cache``: None (default) caches the shared prefix when it is at least ``kv_cache.MIN_PREFIX``
     long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
@@ -75,8 +79,17 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     outputs: list[str] = [""] * len(seqs)
     limited = [False] * len(seqs)
     target_nll = None if targets is None else [0.0] * len(seqs)
+    firsts = None if first_ids is None else [[] for _ in seqs]
     if not seqs:
-        return Generation(outputs, limited, target_nll)
+        return Generation(outputs, limited, target_nll, firsts)
+
+    def on_first(batch: list[int], logp: torch.Tensor) -> None:
+        if on_first_logprobs is not None:
+            on_first_logprobs(batch, logp)
+        if firsts is not None:
+            for slot, i in enumerate(batch):
+                firsts[i] = [float(logp[slot, t]) for t in first_ids[i]]
+
     n_soft = 0 if soft is None else soft.shape[0]
     if targets is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
         # a sliding-window model whose window the pads before the targets could overrun: a pass of its own
@@ -88,7 +101,8 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                               new_tokens=max_new_tokens)
     with skinny_linears(lm.model):  # decoding steps multiply few rows: W @ x^T on CPU (softeval.lm.skinny)
         for batch in length_batches([len(s) for s in seqs], size, max_padding):
-            first = (lambda logp, b=batch: on_first_logprobs(b, logp)) if on_first_logprobs else None
+            wants_first = on_first_logprobs is not None or firsts is not None
+            first = (lambda logp, b=batch: on_first(b, logp)) if wants_first else None
             part = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first,
                                    [targets[i] for i in batch] if targets is not None else None)
             for i, text, cut in zip(batch, part.texts, part.hit_limit):
@@ -98,7 +112,7 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                     target_nll[i] = value
             if progress:
                 progress(len(batch))
-    return Generation(outputs, limited, target_nll)
+    return Generation(outputs, limited, target_nll, firsts)
 
 
 def _stop_window(lm, stop: Sequence[str]) -> int:

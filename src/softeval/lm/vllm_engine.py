@@ -204,12 +204,12 @@ class VllmEngine:
         order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # longest first, as the HF engine batches
         seqs = [seqs[i] for i in order]
 
-        def sampling(i: int) -> SamplingParams:
+        def sampling(scored: list[int] | None = None) -> SamplingParams:
             return SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
                                   stop_token_ids=sorted(eos), ignore_eos=True, skip_special_tokens=False,
-                                  logprob_token_ids=None if first_ids is None else list(first_ids[i]))
+                                  logprob_token_ids=scored)
 
-        params = sampling(0) if first_ids is None else [sampling(i) for i in order]
+        params = sampling() if first_ids is None else [sampling(list(first_ids[i])) for i in order]
         if soft is None:
             prompts = [{"prompt_token_ids": list(s)} for s in seqs]
         else:

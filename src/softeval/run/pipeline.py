@@ -353,24 +353,16 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
         bar_id = bar.add_task(f"{method}: scoring", total=len(prompts), completed=len(prompts) - len(todo))
         for start in range(0, len(todo), SAVE_EVERY):
             chunk = todo[start:start + SAVE_EVERY]
-            scores: dict[int, list[float]] = {}
-
-            def keep_first(indices: list[int], logprobs, chunk=chunk, scores=scores) -> None:
-                for slot, k in enumerate(indices):
-                    scores[k] = [float(logprobs[slot, o[0]]) for o in options[chunk[k]]]
-
+            letters = [[o[0] for o in options[i]] for i in chunk] if single else None
             if engine is not None:
                 gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
-                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n),
-                                      first_ids=[[o[0] for o in options[i]] for i in chunk] if single else None)
-                if single:
-                    scores = dict(enumerate(gen.first_logprobs))
+                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n), first_ids=letters)
             else:
                 gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft,
                                           max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                          batch_size=cfg.eval_batch_size,
-                                          on_first_logprobs=keep_first if single else None,
+                                          batch_size=cfg.eval_batch_size, first_ids=letters,
                                           progress=lambda n: bar.advance(bar_id, n))
+            scores: dict[int, list[float]] = dict(enumerate(gen.first_logprobs)) if single else {}
             texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:
                 multi = loglik.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
