@@ -103,8 +103,11 @@ def main() -> None:
         eager, t = timed(lambda: VllmEngine(lm, {"enforce_eager": True}))
         result["engine_start_s"]["enforce_eager"] = round(t, 1)
     lmeval = None
-    print(f"engine start: {result['engine_start_s']}; graphs [compiled, loaded from the compile cache]: "
-          f"{result['graphs_compiled_loaded']}", flush=True)
+    def starts() -> str:  # again at the end, with lm-eval's start then in it
+        return (f"engine start: {result['engine_start_s']}; graphs [compiled, loaded from the compile cache]: "
+                f"{result['graphs_compiled_loaded']}")
+
+    print(starts(), flush=True)
     if not args.no_lmeval:
         import importlib.metadata
 
@@ -199,7 +202,7 @@ def main() -> None:
 
     print(f"{args.model}, torch threads {torch.get_num_threads()}, vLLM CPU env {result['cpu_env']}"
           f"{', busy machine' if args.busy else ''}")
-    print(f"engine start: {result['engine_start_s']}; graphs [compiled, loaded]: {result['graphs_compiled_loaded']}")
+    print(starts())
     print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
           f"{'vLLM/lm-eval':>12} {'same as HF':>10}" + (f" {'eager s':>8} {'compiled/eager':>14}" if eager else ""))
     for name, e in rows:

