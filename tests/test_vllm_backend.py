@@ -284,3 +284,22 @@ def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
     for method in ("zero-shot", "few-shot"):
         results, samples = read_run(tmp_path / "runs" / SMOLLM2 / "mmlu" / method / "seed0")
         assert results["engine"]["backend"] == "vllm" and len(samples) == 2
+
+
+@needs_vllm
+def test_the_gpu_checks_vllm_section_runs_on_tiny_shapes(tmp_path, capsys):
+    """benchmarks/gpu_check.py's vLLM section (never yet run on CUDA) is the same code here on CPU: random
+    llama shapes saved to a folder, a soft prompt, vLLM against the HF engine."""
+    spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(
+        os.path.dirname(__file__), "..", "benchmarks", "gpu_check.py"))
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    out = tmp_path / "check.json"
+    assert gpu_check.main(["--device", "cpu", "--tiny", "--only", "vllm", "--json-out", str(out)]) == 0
+    section = json.loads(out.read_text())["vllm"]
+    assert section["ok"]
+    for name in ("llama_1b", "llama_8b"):
+        shape = section[name]
+        assert shape["items"] == 4 and shape["vllm_items_per_s"] > 0 and shape["engine_start_s"] > 0
+        assert shape["identical"] >= 3  # fp32 on one CPU: the same tokens but for a rare near-tie
+        assert shape["letters_max_abs_diff"] < 1e-3
