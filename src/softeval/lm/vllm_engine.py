@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -98,6 +99,41 @@ def type_problem(kind: object, value: object) -> str | None:
     return None
 
 
+BOUNDS = (("gt", "greater than", lambda v, b: v > b), ("ge", "at least", lambda v, b: v >= b),
+          ("lt", "less than", lambda v, b: v < b), ("le", "at most", lambda v, b: v <= b))
+
+
+@functools.cache
+def engine_arg_configs() -> dict[str, str]:
+    """Each engine argument's config class (``tensor_parallel_size``: ``ParallelConfig``), as vLLM's own command
+    line groups them (~1 s to build)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    return {action.dest: group.title for group in parser._action_groups for action in group._group_actions}
+
+
+def bound_problem(key: str, value: object) -> str | None:
+    """Why a number given for ``key`` is out of the range that vLLM's config class of that argument sets
+    (``gpu_memory_utilization`` in (0, 1], ``tensor_parallel_size`` >= 1 ...), or None. vLLM checks these only
+    when the engine starts, after a run has loaded its model and tuned its soft prompt."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    import vllm.config
+
+    owner = engine_arg_configs().get(key) or ""
+    fields = getattr(getattr(vllm.config, owner, None), "__pydantic_fields__", None)
+    if not isinstance(fields, dict) or key not in fields:
+        return None
+    for rule in fields[key].metadata:
+        for attr, words, holds in BOUNDS:
+            bound = getattr(rule, attr, None)
+            if isinstance(bound, (int, float)) and not holds(value, bound):
+                return f"it must be {words} {bound} ({owner}.{key})"
+    return None
+
+
 def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg") -> None:
     """Before anything loads: vLLM imports, runs on ``device`` (cpu or cuda), and knows every key of
     ``engine_args`` (``given``: ``--vllm-arg`` or a sweep file's ``'vllm'``); softeval's own arguments
@@ -119,8 +155,16 @@ def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg
         if key not in known:
             raise UserError(f"{given} {shown(key)} is not an argument of vLLM's engine (vllm.EngineArgs); see "
                             "`vllm serve --help` for the names, written with underscores")
-        if problem := type_problem(known[key], value):
+        if problem := type_problem(known[key], value) or bound_problem(key, value):
             raise UserError(f"{given} {key}={shown(value)} does not fit vLLM's engine: {problem}")
+
+
+def refusal(err: ValueError) -> str:
+    """vLLM's reason for refusing an engine's configuration, in one line (pydantic's message without its
+    preamble and link)."""
+    errors = getattr(err, "errors", None)
+    text = errors()[0]["msg"] if callable(errors) else str(err)
+    return " ".join(text.removeprefix("Value error, ").split()).rstrip(".")
 
 
 def check_model(name: str) -> None:
@@ -204,7 +248,11 @@ class VllmEngine:
         self.env = {} if on_cuda else cpu_settings()
         self.args = args
         with engine_env(self.env):
-            self.llm = vllm.LLM(**args)
+            try:
+                self.llm = vllm.LLM(**args)
+            except ValueError as err:  # pydantic's ValidationError is one: vLLM's checks of its whole configuration
+                raise UserError(f"vLLM refused the engine for {shown(lm.name)}: {refusal(err)}; change the engine "
+                                f"arguments ({engine_args or 'none given'}: --vllm-arg, a sweep's 'vllm')") from None
         self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.start_seconds = time.time() - started
 
