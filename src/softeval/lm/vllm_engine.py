@@ -46,7 +46,7 @@ KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of avai
 GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
 # CPU: no graph compile unless asked (--vllm-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
-# engine started in 146-203 s (43-58 s from torch's compile cache) and generated GSM8K 1.25-1.44x faster than
+# engine started in 76-203 s by host (28-58 s from torch's compile cache) and generated GSM8K 1.25-1.44x faster than
 # the eager one, which started in 8-18 s: the compile pays for itself only after ~300 GSM8K items per cached
 # start, ~1,000-1,500 the first time (docs/backends.md).
 CPU_EAGER = True
