@@ -94,6 +94,15 @@ def test_no_difference_names_the_n_that_would_detect():
     assert f"n ≈ {items_to_detect(test, 0.05)} would detect +0.05" in sentence
 
 
+def test_a_run_with_enough_items_says_it_would_have_detected_the_difference():
+    test = table(both=2, a_only=1, b_only=1, neither=196)  # 200 items, 1% discordant: ~155 detect +0.05
+    need = items_to_detect(test, 0.05)
+    assert need < 200
+    rule, sentence = judge(test, side("zero-shot", 0.1, 200), side("soft-prompt", 0.12, 200))
+    assert rule == "no-difference"
+    assert sentence == f"no difference at this n (its 200 items would have detected +0.05, which needs n ≈ {need})"
+
+
 def test_items_to_detect_has_the_power_it_claims():
     """At the n it names, McNemar's exact test finds the difference about 80% of the time (simulated)."""
     test = table(both=30, a_only=5, b_only=15, neither=50)  # discordant share 0.2

@@ -137,7 +137,9 @@ def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
         return "worse", (f"{who} scored lower than {baseline.method}: {baseline.method} is the better prompt "
                          "for this model and task")
     target = max(abs(test.difference or 0.0), DETECT)
-    detect = f"n ≈ {items_to_detect(test, target)} would detect {target:+.2f}" if test.n else "no items"
+    need = items_to_detect(test, target) if test.n else 0
+    detect = ("no items" if not test.n else f"n ≈ {need} would detect {target:+.2f}" if test.n < need
+              else f"its {test.n} items would have detected {target:+.2f}, which needs n ≈ {need}")
     tail = f" ({prior}: a label prior)" if prior else ""
     if format_rose:
         return "format-only", (f"format fixed, knowledge unchanged: {who} taught the format but no more "

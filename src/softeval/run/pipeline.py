@@ -430,6 +430,8 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     if result.early_stop_step is not None:
         console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice's loss and "
                       "format_rate have plateaued")
-    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {result.final_loss}; "
-                  f"format_rate >= 0.9 first at step {summary['format_0.9_step']}")
+    loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
+    first = summary["format_0.9_step"]
+    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= 0.9 "
+                  + (f"first at step {first}" if first is not None else "not reached on the held-out slice"))
     return result.soft, summary, result.curve
