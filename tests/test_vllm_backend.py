@@ -109,6 +109,25 @@ def test_the_engine_binds_its_threads_only_where_they_fill_the_cpus_it_may_use(m
     assert vllm_engine.thread_binding() == "nobind"  # a sweep worker's share: Ray does not pin it to CPUs
 
 
+def test_only_the_warnings_that_softevals_own_settings_cause_are_dropped():
+    import logging
+
+    from softeval.lm.vllm_engine import quiet_expected_warnings
+
+    quiet_expected_warnings()
+    quiet_expected_warnings()  # once per process is enough; twice adds nothing
+    worker = logging.getLogger("vllm.v1.worker.cpu_worker")
+    assert len(worker.filters) == 1
+
+    def shown_by(logger, msg):
+        return logger.filter(logging.LogRecord(logger.name, logging.WARNING, __file__, 1, msg, None, None))
+
+    assert not shown_by(worker, "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding")
+    assert not shown_by(logging.getLogger("vllm.engine.arg_utils"), "The global random seed is set to %d. Since ...")
+    assert shown_by(worker, "libtcmalloc is not found in LD_PRELOAD")  # advice the user can act on stays
+    assert shown_by(logging.getLogger("vllm.engine.arg_utils"), "Some other warning")
+
+
 def test_the_cpu_engine_settings_leave_what_the_user_set_and_size_the_kv_cache_from_free_memory(monkeypatch):
     import psutil
 
