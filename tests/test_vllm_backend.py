@@ -299,6 +299,18 @@ def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads
 
 
 @needs_vllm
+def test_a_sweep_files_engine_arguments_are_checked_on_the_driver_before_it_starts(tmp_path, capsys):
+    spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
+                                                       "vllm": {"tensor_parallel_size": 0}}], "tasks": ["mmlu"]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert cli.main(["sweep", str(path)]) == 2
+    assert one_error(capsys).endswith("'vllm' tensor_parallel_size=0 does not fit vLLM's engine: it must be at "
+                                      "least 1 (ParallelConfig.tensor_parallel_size)")
+    assert not (tmp_path / "runs").exists()
+
+
+@needs_vllm
 def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
                                                        "resources": {"cpus": 2}}],

