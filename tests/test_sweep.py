@@ -511,6 +511,10 @@ def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     log = tmp_path / "logs" / "job.log"
     assert SweepWorker().run(config, str(log), "sweep")["skipped"] is True
     assert "skipped (remove its folder to redo)" in log.read_text() and "--force" not in log.read_text()
+    # what only the worker can check (its device) is named as the sweep file names it, not by a flag
+    wrong = SweepWorker().run(toy_config(tmp_path / "out2", methods=("zero-shot",), device="cuda"),
+                              str(tmp_path / "logs" / "cuda.log"), "sweep")
+    assert "device: cuda: this torch is built without CUDA; use device: cpu (or auto)" in wrong["error"], wrong
     long_fix = "a finished run with other settings is at X (" + "a; " * 300 + "). Set another 'out'."
     assert error_line(UserError(long_fix)).endswith("Set another 'out'.")
     cut = error_line(RuntimeError("x" * 2000))

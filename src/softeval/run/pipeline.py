@@ -31,7 +31,7 @@ from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.lm.vllm_engine import VllmEngine
 from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import BASE
-from softeval.run.config import RunConfig
+from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.run.scoring import (
     add_cloze,
@@ -67,10 +67,11 @@ class Job:
     _lm: object = None
     _prompter: Prompter | None = None
     _kind_said: bool = False
+    spelling: Spelling = COMMAND_LINE  # how the user wrote the options: flags, or a sweep file's keys
 
     def prepare(self) -> None:
         cfg = self.config
-        check_config(cfg, model_given=self._lm is not None)
+        check_config(cfg, model_given=self._lm is not None, name=self.spelling)
         self.task = get_task(cfg.task)
         self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
@@ -199,7 +200,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
     to redo a run (runs.REDO).
     """
     console = console or Console(stderr=True)
-    job = Job(config, console, _lm=lm)
+    job = Job(config, console, _lm=lm, spelling=SWEEP_FILE if command == "sweep" else COMMAND_LINE)
     job.prepare()
     try:
         return _run_methods(job, on_skip, command)

@@ -183,16 +183,17 @@ def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True
         raise UserError(f"unknown {name.key('device')} {shown(device)}: use auto, cpu, cuda, cuda:N or mps")
     if not exists:
         return
+    given, cpu = name.setting("device", device), name.setting("device", "cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-            raise UserError(f"--device {device}: {why}; use --device cpu (or auto)")
+            raise UserError(f"{given}: {why}; use {cpu} (or auto)")
         index = int(found.group(1) or 0)
         if index >= torch.cuda.device_count():
-            raise UserError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here "
+            raise UserError(f"{given}: only {torch.cuda.device_count()} CUDA device(s) here "
                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise UserError("--device mps: no Apple GPU (MPS) is available here; use --device cpu (or auto)")
+        raise UserError(f"{given}: no Apple GPU (MPS) is available here; use {cpu} (or auto)")
 
 
 def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
