@@ -205,7 +205,7 @@ def test_job_that_raises_fails_one_whose_run_is_locked_is_elsewhere_and_the_othe
         assert cli.main(["sweep", str(path)]) == 1
 
     err = " ".join(capsys.readouterr().err.split())
-    assert "--limit 500 is larger than the 20 scored items" in err
+    assert "limit: 500 is larger than the 20 scored items" in err  # named as the sweep file names it
     assert f"being written by pid {os.getpid()}" in err, err
     run = tmp_path / "out" / "tiny-0" / "first.yaml"
     assert (run / "zero-shot" / "seed0" / "results.json").is_file() and not (run / "soft-prompt" / "seed0").exists()
@@ -515,6 +515,9 @@ def test_worker_messages_fit_the_sweep_command(toy, tmp_path, monkeypatch):
     wrong = SweepWorker().run(toy_config(tmp_path / "out2", methods=("zero-shot",), device="cuda"),
                               str(tmp_path / "logs" / "cuda.log"), "sweep")
     assert "device: cuda: this torch is built without CUDA; use device: cpu (or auto)" in wrong["error"], wrong
+    many = SweepWorker().run(toy_config(tmp_path / "out2", methods=("zero-shot",), limit=10_000),
+                             str(tmp_path / "logs" / "many.log"), "sweep")
+    assert many["error"].startswith("limit: 10000 is larger than the ") and "; use limit: " in many["error"], many
     long_fix = "a finished run with other settings is at X (" + "a; " * 300 + "). Set another 'out'."
     assert error_line(UserError(long_fix)).endswith("Set another 'out'.")
     cut = error_line(RuntimeError("x" * 2000))

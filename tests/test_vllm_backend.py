@@ -299,6 +299,17 @@ def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads
 
 
 @needs_vllm
+def test_a_vllm_built_for_another_device_is_named_with_its_install_as_the_user_wrote_the_backend():
+    from softeval.errors import UserError
+    from softeval.lm.vllm_engine import check_engine
+
+    with pytest.raises(UserError) as wrong:  # the CPU build on a CUDA run
+        check_engine("cuda", {}, "'vllm'", ("backend: vllm", "backend: hf"))
+    assert str(wrong.value) == ("backend: vllm on device cuda: the installed vLLM runs on 'cpu'; install "
+                                "'softeval[vllm]', or use backend: hf")
+
+
+@needs_vllm
 def test_a_sweep_files_engine_arguments_are_checked_on_the_driver_before_it_starts(tmp_path, capsys):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
                                                        "vllm": {"tensor_parallel_size": 0}}], "tasks": ["mmlu"]}

