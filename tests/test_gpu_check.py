@@ -1,18 +1,13 @@
 """benchmarks/gpu_check.py runs end to end on CPU with tiny shapes, so it is never untested code
 when a GPU machine is finally at hand (the GPU run is the same code with bigger shapes)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from benchscripts import BENCHMARKS, load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", BENCH / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_check")
 
 
 def test_gpu_check_tiny_on_cpu(tmp_path, capsys):
@@ -37,7 +32,7 @@ def test_gpu_check_tiny_on_cpu(tmp_path, capsys):
 
 def test_check_assets_are_small_and_load():
     mod = _module()
-    sizes = sum(f.stat().st_size for f in (BENCH / "check_assets").iterdir())
+    sizes = sum(f.stat().st_size for f in (BENCHMARKS / "check_assets").iterdir())
     assert sizes < 1 << 20  # they travel with the repository
     tok = mod.load_tokenizer()
     prompts = mod.Prompts(tok)

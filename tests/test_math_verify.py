@@ -4,12 +4,11 @@ variant generator of ``benchmarks/math_agreement.py`` only makes answers that ma
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
+from benchscripts import load_benchmark
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,6 @@ from softeval.tasks.mathcheck import kept_rules
 from softeval.tasks.mathnorm import equivalent
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "math_agreement.py"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,10 +31,7 @@ def _room():
 
 
 def _agreement():
-    spec = importlib.util.spec_from_file_location("math_agreement", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("math_agreement")
 
 
 def forms(f: Fraction) -> list[str]:

@@ -37,13 +37,9 @@ def test_matmul_peak_is_positive_and_quick():
 
 
 def test_bench_ratio_spread_over_rounds():
-    import importlib.util
-    from pathlib import Path
+    from benchscripts import load_benchmark
 
-    spec = importlib.util.spec_from_file_location(
-        "bench_speed", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_speed")
     # per round: baseline seconds / softeval seconds, summed over the sections of that round
     parts = [{"t_softeval": [1.0, 2.0, 1.0], "t_lmeval": [2.0, 2.0, 3.0]},
              {"t_softeval": [1.0, 0.0, 1.0], "t_lmeval": [2.0, 1.0, 1.0]}]

