@@ -48,7 +48,7 @@ $(VBIN)/vllm-ready: pyproject.toml torch-pin.txt
 	touch $(VBIN)/vllm-ready
 
 test-vllm: setup $(VBIN)/vllm-ready
-	$(VBIN)/python -m pytest -q -m vllm tests/test_vllm_backend.py
+	$(VBIN)/python -m pytest -q -m vllm tests/e2e/test_vllm_backend.py
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

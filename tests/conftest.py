@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 

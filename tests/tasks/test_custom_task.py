@@ -17,7 +17,7 @@ from softeval.tasks import get_task
 from softeval.tasks.custom import load_task_file
 
 torch.set_num_threads(1)
-EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "capitals" / "capitals.yaml"
 
 MC_ROWS = [{"q": f"Which number is {n}?", "opts": [str(n), str(n + 1), str(n + 2)], "ans": i % 3,
             "right": str(n + i % 3)} for i, n in enumerate(range(10, 40))]

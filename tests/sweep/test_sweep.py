@@ -412,7 +412,7 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
 def test_the_example_sweep_parses_and_the_docs_list_every_option():
     from softeval.run.config import SWEEP_OPTIONS
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
     assert len(sweep.jobs) == 12 and {j.config.task for j in sweep.jobs} == {"mmlu", "arc_easy"}
     docs = (root / "docs" / "sweeps.md").read_text()

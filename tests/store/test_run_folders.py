@@ -13,7 +13,7 @@ from softeval.run.pipeline import run_job
 from softeval.store import index
 from softeval.store.format import folder_name
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "capitals" / "capitals.yaml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "capitals" / "capitals.yaml"
 
 
 def _capitals(out: Path, task: str, **kw) -> RunConfig:

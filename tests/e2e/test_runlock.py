@@ -17,14 +17,14 @@ import pytest
 from softeval.store.locking import Locked
 from softeval.store.runs import RunFolder
 
-CHILD = Path(__file__).with_name("runchild.py")
+CHILD = Path(__file__).parents[1] / "support" / "runchild.py"
 ARGS = ["run", "--model", "tiny-0", "--task", "toyformat", "--method", "soft-prompt", "--limit", "6",
         "--steps", "4", "--shots", "1", "--tokens", "2", "--lr", "0.1", "--curve-every", "2",
         "--curve-items", "4", "--eval-batch-size", "3"]
 
 
 def child(hook: str, out: Path, *extra: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "500", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+    env = {**os.environ, "COLUMNS": "500", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
                                                         os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, str(CHILD), hook, *ARGS, "--out", str(out), *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
