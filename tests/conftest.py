@@ -42,6 +42,18 @@ def toy(monkeypatch):
     return task
 
 
+@pytest.fixture
+def toymc(monkeypatch):
+    """The synthetic multiple-choice task (tests/support/toymc.py) registered as a task for one test."""
+    from toymc import mc_task
+
+    from softeval import tasks
+
+    task = mc_task()
+    monkeypatch.setitem(tasks.TASKS, task.name, task)
+    return task
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for every sweep test (2 CPUs, no dashboard): starting one takes seconds.

@@ -1,4 +1,4 @@
-"""The end-of-answer token (issue 11, item 4): tuning targets end with the chat template's
+"""The end-of-answer token: tuning targets end with the chat template's
 end-of-turn token when the chat template is on, else with the tokenizer's EOS (not the smallest of
 the model's EOS ids); an end-of-turn marker left in a generation never fails the strict format."""
 

@@ -1,4 +1,4 @@
-"""Few-shot and zero-shot under a chat template as lm-eval prompts chat models (issue 24, item 1):
+"""Few-shot and zero-shot under a chat template as lm-eval prompts chat models:
 ``--apply_chat_template --fewshot_as_multiturn`` with the task's answer cue as ``gen_prefix`` (the
 instruction the system turn, each shot a user turn and its answer an assistant turn opened by the
 cue, the scored item's assistant turn opened by the cue); base models exactly as before."""

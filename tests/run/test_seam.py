@@ -1,4 +1,4 @@
-"""Tokenisation at the seam (issue 11, item 5): a tuning target and an option continuation are read
+"""Tokenisation at the seam: a tuning target and an option continuation are read
 by the model after its prompt, so their ids are cut from the joint encoding of prompt + continuation
 (trailing spaces of the prompt moved to the continuation, as lm-evaluation-harness does), never
 encoded on their own."""

@@ -1,4 +1,4 @@
-"""MATH-500 matching by math-verify (issue 24): the forms one answer takes are all equal, a different
+"""MATH-500 matching by math-verify: the forms one answer takes are all equal, a different
 answer is not, the MATH rules kept from the old normaliser hold, a timeout is unscorable, and the
 variant generator of ``benchmarks/math_agreement.py`` only makes answers that match their gold."""
 

@@ -1,4 +1,4 @@
-"""Scoring that cannot be stalled (issue 12): MATH-500's matcher bounds the work of every comparison
+"""Scoring that cannot be stalled: MATH-500's matcher bounds the work of every comparison
 (sizes checked on the parsed expression, a hard time limit in a helper process that marks the item
 unscorable), and every task's strict and lenient extractors and matcher, fuzzed with arbitrary text,
 deeply nested braces, huge numbers and long outputs, return and never raise.

@@ -1,5 +1,5 @@
-"""Storage a hostile user finds (issue 24, item 4): a disk that fills up mid-run, a read-only runs
-folder, a model file cut short. Each is one line and exit 2, and nothing is damaged."""
+"""Storage faults met by a whole command: a disk that fills up mid-run, a read-only runs folder, a model
+file cut short. Each is one line and exit 2, nothing is damaged, and a full disk's run resumes."""
 
 from __future__ import annotations
 
@@ -103,9 +103,10 @@ def _files(run: Path) -> dict:
 @pytest.mark.slow  # seven tiny runs: 11-14 s here
 def test_a_disk_that_fills_up_at_any_write_is_one_line_and_a_rerun_completes(tiny_run, tmp_path, capsys,
                                                                              monkeypatch):
-    """The disk fills up in the tuning checkpoint, the scoring outputs or samples.jsonl: one line naming the run folder and the space left, exit 2 (it was a traceback:
-    SafetensorError from the checkpoint, OSError from the outputs); the same command after freeing space
-    finishes with the results of a run that never hit a full disk."""
+    """The disk fills up in the tuning checkpoint, the scoring outputs or samples.jsonl: one line naming
+    the run folder and the space left, exit 2 (it was a traceback: SafetensorError from the checkpoint,
+    OSError from the outputs); the same command after freeing space finishes with the results of a run
+    that never hit a full disk."""
     clean = FullDisk(tmp_path / "clean", None)
     clean.install(monkeypatch)
     assert cli.main([*ARGS, "--out", str(clean.root)]) == 0
@@ -129,8 +130,9 @@ def test_a_disk_that_fills_up_at_any_write_is_one_line_and_a_rerun_completes(tin
         assert cli.main([*ARGS, "--out", str(out)]) == 2, name
         line = error_line(capsys.readouterr().err)
         assert disk.failed == name
-        assert line.startswith(f"error: no space left on the device: could not write the run files in {out / run}"
-                               ".partial (") and " free of " in line and f"on the filesystem of {out}). " in line
+        assert line.startswith(f"error: no space left on the device: could not write the run files in "
+                               f"{out / run}.partial ("), line
+        assert " free of " in line and f"on the filesystem of {out}). " in line, line
         assert line.endswith(f"Free some space there and run the same command again: it resumes from what "
                              f"{out / run}.partial holds"), line
         assert not (out / run).exists()
@@ -202,8 +204,8 @@ def test_a_read_only_runs_folder_is_listed_and_writing_there_says_read_only(read
 
     assert cli.main(["runs", str(indexed), "--rebuild"]) == 2
     assert one_error(capsys.readouterr().err) == (
-        f"error: cannot rebuild the runs index {indexed / 'index.sqlite'}: {indexed} is not writable (read-only "
-        f"file system); `softeval runs {indexed}` lists its runs without writing")
+        f"error: cannot rebuild the runs index {indexed / 'index.sqlite'}: {indexed} is not writable "
+        f"(read-only file system); `softeval runs {indexed}` lists its runs without writing")
 
     new = indexed / "more"
     assert cli.main(["run", "--model", "org/model", "--task", "mmlu", "--out", str(new)]) == 2
@@ -227,9 +229,10 @@ def test_a_model_whose_weights_file_was_cut_short_is_one_line(toy, tmp_path, cap
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
     out = tmp_path / "out"
-    assert cli.main(["run", "--model", str(folder), "--task", "toyformat", "--out", str(out), "--device", "cpu"]) == 2
+    assert cli.main(["run", "--model", str(folder), "--task", "toyformat", "--out", str(out),
+                     "--device", "cpu"]) == 2
     line = error_line(capsys.readouterr().err)
-    assert line.startswith(f"error: could not load model {str(folder)!r}: a weights file is damaged or incomplete "
-                           "(Error while deserializing header: "), line
+    assert line.startswith(f"error: could not load model {str(folder)!r}: a weights file is damaged or "
+                           "incomplete (Error while deserializing header: "), line
     assert line.endswith("); copy or download the model again"), line
     assert not list(out.rglob("seed0*"))  # no run folder, finished or partial

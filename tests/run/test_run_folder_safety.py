@@ -1,5 +1,8 @@
-"""Edges between the run lock, the identity, --force and saved soft prompts, found by using the
-landed features as a hostile user would."""
+"""A run never loses or leaves behind a run folder it should not (run_job and the run folders): --force
+replaces a finished run only with a complete one, an eval into the folder of the tuned run its soft
+prompt comes from is refused, and a command refused under the run lock leaves no folder."""
+
+from __future__ import annotations
 
 import json
 
@@ -10,13 +13,15 @@ from softeval import tasks
 from softeval.errors import UserError
 from softeval.run import pipeline
 from softeval.run.pipeline import run_job
+from softeval.store.format import scan
 
 
 def _config(out, **kw):
     return toy_config(out, **{**dict(limit=6, steps=2, shots=1, curve_every=1, eval_batch_size=6), **kw})
 
 
-def test_eval_of_a_tuned_soft_prompt_into_its_own_run_is_refused_and_force_keeps_the_tuned_run(toy, tmp_path):
+def test_eval_of_a_tuned_soft_prompt_into_its_own_run_is_refused_and_force_keeps_the_tuned_run(toy,
+                                                                                              tmp_path):
     """The README's `softeval tune` then `softeval eval --soft-prompt runs/.../soft_prompt` on the same
     --out: the eval run's folder is the tuned run's. --force used to delete the tuned run (soft prompt
     included) and then fail to load the soft prompt it had just deleted."""
@@ -29,8 +34,8 @@ def test_eval_of_a_tuned_soft_prompt_into_its_own_run_is_refused_and_force_keeps
                             force=force), lm=tiny_lm())
         assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert not list(tmp_path.rglob("*.partial"))
-    scored = run_job(_config(tmp_path / "eval", methods=("soft-prompt",), soft_prompt=str(run / "soft_prompt")),
-                     lm=tiny_lm())[0]
+    scored = run_job(_config(tmp_path / "eval", methods=("soft-prompt",),
+                             soft_prompt=str(run / "soft_prompt")), lm=tiny_lm())[0]
     assert scored["tuning"] == {"loaded_from": str(run / "soft_prompt")}
 
 
@@ -51,14 +56,14 @@ def test_force_replaces_the_finished_run_only_when_the_new_one_is_complete(toy, 
     monkeypatch.setitem(tasks.TASKS, "toyformat", format_task())
     forced = run_job(_config(tmp_path, methods=("zero-shot",), limit=4, force=True), lm=tiny_lm())[0]
     assert forced["n"] == 4 and json.loads((run / "results.json").read_text())["n"] == 4
-    assert [p.name for p in run.parent.iterdir() if p.name.startswith("seed") or "replaced" in p.name] == ["seed0"]
+    assert [p.name for p in run.parent.iterdir()
+            if p.name.startswith("seed") or "replaced" in p.name] == ["seed0"]
 
 
 def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_path):
     """A soft prompt of another model (refused once the model is known, under the run lock) used to
-    leave <model>/<task>/soft-prompt/ behind, which runs/compare/report then listed as 'not a run folder'."""
-    from softeval.store.format import scan
-
+    leave <model>/<task>/soft-prompt/ behind, which runs/compare/report then listed as 'not a run
+    folder'."""
     run_job(_config(tmp_path / "a", methods=("soft-prompt",)), lm=tiny_lm())
     sp = tmp_path / "a/tiny-0/toyformat/soft-prompt/seed0/soft_prompt"
     out = tmp_path / "b"
@@ -69,19 +74,3 @@ def test_a_command_refused_after_taking_the_run_lock_leaves_no_folder(toy, tmp_p
     assert list(out.iterdir()) == [] and scan(out).skipped == []
     run_job(_config(out, methods=("zero-shot",)), lm=tiny_lm())  # a run beside it keeps its folders
     assert [p.name for p in (out / "tiny-0/toyformat").iterdir()] == ["zero-shot"]
-
-
-def test_every_run_option_says_what_it_does_and_its_default():
-    """`softeval run -h` is where the README sends users for the options: --eval-batch-size had no
-    text at all, and --seed, --curve-every, --curve-items, --method did not say their defaults."""
-    import argparse
-
-    from softeval.cli import app
-
-    run = next(a for a in app.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
-    for action in run._actions:
-        if action.dest == "help":
-            continue
-        assert action.help, action.dest
-        if action.default not in (None, False) and not action.required:
-            assert "default" in action.help, action.dest

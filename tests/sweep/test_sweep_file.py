@@ -1,0 +1,25 @@
+"""Reading a sweep file (softeval.sweep.file): its run options are typed by the same rule as a run's, and a
+key given twice is refused, each as one line and exit 2 of `softeval sweep --dry-run`."""
+
+from __future__ import annotations
+
+from userfiles import one_line_error
+
+from softeval import cli
+from softeval.sweep.file import load_sweep
+
+
+def test_a_sweep_file_types_options_by_the_same_rule(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text('out: out\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nearly_stop: "no"\n')
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "'early_stop' must be true or false, not str 'no'" in one_line_error(capsys)
+
+
+def test_the_sweep_file_loader_keeps_refusing_repeated_keys(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("out: out\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nsteps: 5\nsteps: 6\n")
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "key 'steps' is given twice (line 5)" in one_line_error(capsys)
+    path.write_text("out: out\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nsteps: 5\n")
+    assert load_sweep(path).jobs[0].config.steps == 5
