@@ -40,10 +40,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and datasets' per-call b
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
+from perf import Shape, matmul_peak, tuning_step_flops  # benchmarks/perf.py, beside this script
 
 from softeval.lm import batching, generation, kv_cache, loglik, memory, skinny, tuning_loss
 from softeval.lm.models import load_model
-from softeval.lm.perf import Shape, matmul_peak, tuning_step_flops
 from softeval.lm.softprompt import SoftPrompt
 from softeval.run.prompting import Prompter, pick_shots, use_chat_template
 from softeval.run.scoring import score_output
@@ -323,8 +323,8 @@ def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_
     rows.append((f"{task.name} {method} generate: softeval", f"{n / sum(t_se):.3f} items/s", f"acc {acc_se:.3f}"))
     rows.append((f"{task.name} {method} generate: lm-eval", f"{n / sum(t_lm):.3f} items/s",
                  f"acc {acc_lm:.3f}; identical outputs {same}/{len(items)}"))
-    return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "same": same, "correct_softeval": acc_se * len(items),
-            "correct_lmeval": acc_lm * len(items), "mismatch_examples": [
+    return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "same": same,
+            "correct_softeval": acc_se * len(items), "correct_lmeval": acc_lm * len(items), "mismatch_examples": [
                 {"softeval": a, "lmeval": b} for a, b in zip(ours, theirs) if a != b][:3]}
 
 
@@ -342,7 +342,8 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
     def run_lmeval():
         return side.loglik(instances)
 
-    loglik.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]], [prompter.option_ids(e) for e in items[:2]])
+    loglik.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]],
+                           [prompter.option_ids(e) for e in items[:2]])
     side.hflm.loglikelihood(side.task_instances(docs[:2], "multiple_choice"), disable_tqdm=True)
     (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
     pick = lambda s: max(range(len(s)), key=lambda j: s[j])
@@ -459,8 +460,9 @@ def main(argv=None) -> int:
             all_parts = list(gen.values())
             n_items = sum(p["n"] for p in all_parts)
             result["output_agreement"] = round(sum(p["same"] for p in all_parts) / n_items, 4)
-            result["accuracy_softeval"] = {f"{n}/{m}": round(p["correct_softeval"] / p["n"], 4) for (n, m), p in gen.items()}
-            result["accuracy_lmeval"] = {f"{n}/{m}": round(p["correct_lmeval"] / p["n"], 4) for (n, m), p in gen.items()}
+            for side in ("softeval", "lmeval"):
+                result[f"accuracy_{side}"] = {f"{n}/{m}": round(p[f"correct_{side}"] / p["n"], 4)
+                                              for (n, m), p in gen.items()}
             result["mismatch_examples"] = {f"{n}/{m}": p["mismatch_examples"] for (n, m), p in gen.items()
                                            if p["mismatch_examples"]}
         if "loglik" not in skip:
@@ -485,8 +487,9 @@ def main(argv=None) -> int:
                                                       items[name][:cfg["ablation_items"]], method, args.batch_size,
                                                       rows), 3)
             for name, method in cfg["ablation"]}
-        for key, owner, flag, what in (("growing_cache_gain", kv_cache, "GROWING_CACHE", "growing cache vs DynamicCache"),
-                                       ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
+        for key, owner, flag, what in (
+                ("growing_cache_gain", kv_cache, "GROWING_CACHE", "growing cache vs DynamicCache"),
+                ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
             log(f"ablation: {what} ({time.time() - started:.0f}s)")
             result[key] = round(ablation_switch(owner, flag, what, lm, tasks["gsm8k"], prompters["gsm8k"],
                                                 items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
@@ -505,7 +508,8 @@ def main(argv=None) -> int:
             span = f" (median of {len(s['rounds'])} rounds, min {s['min']}, max {s['max']})" if s else ""
             print(f"target {key} >= {goal}: {result[key]}{span} {'met' if result[key] >= goal else 'MISSED'}")
     if result.get("peak_rss_gib") is not None:
-        print(f"target peak_rss_gib <= 3: {result['peak_rss_gib']} {'met' if result['peak_rss_gib'] <= 3 else 'MISSED'}")
+        rss = result["peak_rss_gib"]
+        print(f"target peak_rss_gib <= 3: {rss} {'met' if rss <= 3 else 'MISSED'}")
     line = json.dumps(result, sort_keys=True)
     if args.json_out:
         Path(args.json_out).write_text(line + "\n")

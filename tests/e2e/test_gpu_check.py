@@ -38,7 +38,32 @@ def test_check_assets_are_small_and_load():
     prompts = mod.Prompts(tok)
     ids = prompts.prompts("mmlu", 2, shots=5)
     assert len(ids) == 2 and len(ids[0]) > 200
-    assert ids[0][-3:] == prompts.encode("<|im_start|>assistant\n")[-3:]
     p, t = prompts.tuning(3)
     assert all(x[-1] == prompts.eos for x in t)
     assert [len(o) for o in prompts.options(1)[0]] == [1, 1, 1, 1]  # letters are single tokens
+
+
+def test_the_check_builds_its_prompts_as_a_run_does():
+    """gpu_check's prompts are softeval's Prompter's for an instruction-tuned model (chat template on): the
+    instruction as the system turn, each shot a user turn and an assistant turn, the item a user turn and
+    the answer cue opening the assistant's; targets and option letters cut from the joint encoding."""
+    from softeval.run.prompting import Prompter
+    from softeval.tasks import get_task
+
+    mod = _module()
+    prompts = mod.Prompts(mod.load_tokenizer())
+    item, shots = prompts.items["mmlu"][0], prompts.shots["mmlu"]
+    few = prompts.tok.decode(prompts.prompts("mmlu", 1, shots=5)[0])
+    instruction = get_task("mmlu").instruction
+    assert few.startswith(f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n")
+    assert few.count("<|im_start|>user\n") == 6 and few.count("<|im_start|>assistant\nAnswer: ") == 5
+    assert few.endswith(f"{item.fields['question']}\n" + "".join(
+        f"{letter}. {option}\n" for letter, option in zip("ABCD", item.options)).rstrip("\n")
+        + "<|im_end|>\n<|im_start|>assistant\nAnswer:")
+    run = Prompter(prompts.lm, get_task("mmlu"), chat=True, shots=shots)
+    assert prompts.prompts("mmlu", 1)[0] == run.ids(item, "zero-shot")
+    assert prompts.tuning(1) == ([run.ids(item, "soft-prompt")], [run.target_ids(item)])
+    assert [prompts.tok.decode(o) for o in prompts.options(1)[0]] == [" A", " B", " C", " D"]
+    tiny = mod.Prompts(prompts.tok, max_tokens=48)  # --tiny: the prompts' last 48 tokens
+    assert tiny.prompts("gsm8k", 2)[1] == prompts.prompts("gsm8k", 2)[1][-48:]
+    assert [len(x) for x in prompts.long(3, 96)] == [96, 88, 80]

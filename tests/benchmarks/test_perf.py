@@ -1,9 +1,13 @@
-"""FLOP counting for tune_mfu, checked against a hand computation."""
+"""benchmarks/perf.py's FLOP counting for tune_mfu, checked against a hand computation; bench_speed's
+ratios over rounds."""
 
 import torch
+from benchscripts import load_benchmark
 from transformers import LlamaConfig
 
-from softeval.lm.perf import Shape, forward_flops, matmul_peak, scoring_flops, tuning_step_flops
+perf = load_benchmark("perf")
+Shape, forward_flops, matmul_peak = perf.Shape, perf.forward_flops, perf.matmul_peak
+scoring_flops, tuning_step_flops = perf.scoring_flops, perf.tuning_step_flops
 
 
 def _shape():
@@ -37,8 +41,6 @@ def test_matmul_peak_is_positive_and_quick():
 
 
 def test_bench_ratio_spread_over_rounds():
-    from benchscripts import load_benchmark
-
     bench = load_benchmark("bench_speed")
     # per round: baseline seconds / softeval seconds, summed over the sections of that round
     parts = [{"t_softeval": [1.0, 2.0, 1.0], "t_lmeval": [2.0, 2.0, 3.0]},

@@ -1,6 +1,7 @@
-"""How fast a tuning step is against what the machine can do: model FLOPs and matmul peak.
+"""How fast a tuning step is against what the machine can do: model FLOPs and matmul peak. Only the
+benchmarks use it (imported as ``perf`` beside them; tests/benchmarks/test_perf.py checks it).
 
-``tune_mfu`` (benchmarks/bench_speed.py, benchmarks/gpu_check.py) is the achieved FLOP/s of a tuning
+``tune_mfu`` (bench_speed.py, gpu_check.py) is the achieved FLOP/s of a tuning
 step, counted from the model's shape over the real (unpadded) tokens, divided by the FLOP/s of a
 plain square matmul measured in the same process and dtype. Padding, the shared work of split
 passes and anything that is not a matmul (norms, softmax, rotary, Python) count as time but not as
