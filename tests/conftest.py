@@ -64,7 +64,8 @@ def ray_cluster():
     src = str(Path(__file__).resolve().parents[1] / "src")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}})
+             runtime_env={"env_vars": {
+                 "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}})
     yield cluster
     ray.shutdown()
     cluster.shutdown()

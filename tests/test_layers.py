@@ -27,3 +27,21 @@ def test_the_layers_hold_and_an_upward_import_breaks_them(tmp_path):
     broken = lint(src)
     assert broken.returncode != 0
     assert "softeval.lm is not allowed to import softeval.run" in broken.stdout
+
+
+@pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed (the test extra has it)")
+def test_an_import_cycle_between_two_modules_of_a_package_breaks_the_contract(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "softeval", src / "softeval", ignore=shutil.ignore_patterns("__pycache__"))
+    batching = src / "softeval" / "lm" / "batching.py"  # generation imports batching: planted, the way back
+    batching.write_text(batching.read_text() + "\nfrom softeval.lm import generation  # planted: a cycle\n")
+    broken = lint(src)
+    assert broken.returncode != 0
+    assert "no import cycles BROKEN" in broken.stdout
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    """docs/architecture.md promises it: a module that grows past it is split by what it holds."""
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+             for p in (ROOT / "src" / "softeval").rglob("*.py")}
+    assert sizes and not {path: n for path, n in sizes.items() if n > 400}

@@ -52,7 +52,7 @@ def test_wilson_bounds_are_exact_at_none_and_all():
 
 
 def test_methods_and_metrics_are_one_list_each():
-    """Issue 11, one source of truth: the CLI, the index, compare, the report and the prompts use
+    """One source of truth: the CLI, the index, compare, the report and the prompts use
     protocol.METHODS and protocol.METRICS, not copies."""
     from softeval import protocol
     from softeval.analysis import compare, report

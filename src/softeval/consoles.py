@@ -1,8 +1,16 @@
-"""The console tables are printed to."""
+"""The console tables are printed to, and the progress bar a job's long steps draw."""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 PIPE_WIDTH = 400  # a log file or pipe has no width to fit: tables are never cut or squeezed there
 
@@ -13,3 +21,9 @@ def table_console(stderr: bool = False) -> Console:
     cut the last columns off)."""
     console = Console(stderr=stderr)
     return console if console.is_terminal else Console(stderr=stderr, width=PIPE_WIDTH)
+
+
+def progress_bar(console: Console) -> Progress:
+    """A bar with its count, the time spent and the time left (scoring, tuning), kept when done."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=console, transient=False)

@@ -7,9 +7,6 @@ cloze_accuracy / cloze_accuracy_norm = argmax of each option text's summed log-l
 divided by the option's length in characters) after the task's cloze prompt is correct;
 permutation_consistency / circular_accuracy = the same option content chosen / the right option
 chosen in every order of the options (multiple choice, ``--permutations``).
-
-Runs written before the letter metric was renamed (``loglik_accuracy``, ``loglik_correct``) are
-read through ``upgrade_results`` / ``upgrade_sample``: the one place that knows the old names.
 """
 
 from __future__ import annotations
@@ -49,32 +46,6 @@ ITEM_FIELDS = {
     "permutation_consistency": "permutation_consistent",
     "circular_accuracy": "circular_correct",
 }
-# Old name -> new name, for results.json metrics and samples.jsonl fields of older runs.
-LEGACY_METRICS = {"loglik_accuracy": "letter_loglik_accuracy"}
-LEGACY_FIELDS = {"loglik_correct": "letter_loglik_correct", "loglik_pred": "letter_loglik_pred"}
-
-
-def upgrade_results(results: dict) -> dict:
-    """A results.json of an older softeval under today's metric names (in place; returned)."""
-    metrics = results.get("metrics")
-    if isinstance(metrics, dict):
-        for old, new in LEGACY_METRICS.items():
-            if old in metrics and new not in metrics:
-                metrics[new] = metrics.pop(old)
-    return results
-
-
-def upgrade_sample(sample: dict) -> dict:
-    """A samples.jsonl row of an older softeval under today's field names (in place; returned)."""
-    for old, new in LEGACY_FIELDS.items():
-        if old in sample and new not in sample:
-            sample[new] = sample.pop(old)
-    return sample
-
-
-def metric_name(name: str) -> str:
-    """Today's name of a metric given by an old name (``loglik_accuracy``), else the name itself."""
-    return LEGACY_METRICS.get(name, name)
 
 
 def aggregate(samples: Sequence[dict]) -> dict:
@@ -124,7 +95,7 @@ def kind_label(kind: str | None, source: str | None) -> str:
 def top_answer(results: dict, sep: str = " ") -> str | None:
     """The most frequent strict answer of a run and its share, e.g. ``"B 46/50"``: a label prior
     shows as one answer for most items. ``"none"`` stands for "no answer found"; None when the
-    results have no ``answers`` (runs written before softeval recorded them)."""
+    run has no strict answer to count (no items)."""
     top = (results.get("answers") or {}).get("strict") or []
     if not top:
         return None

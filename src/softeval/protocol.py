@@ -7,6 +7,10 @@ METHODS = ("zero-shot", "few-shot", "soft-prompt")
 # soft-prompt run holds one, which store.format checks).
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+# The format of such a folder as softeval saves it (PEFT's files and softeval's notes beside them, which
+# record it): a change of either, the placement of the vectors among them, is a new version, never read
+# as this one.
+SOFT_PROMPT_FORMAT_VERSION = 1
 
 # What a model is: pre-trained only, or post-trained (instruction-tuned, chat); `--kind`, a sweep file's `kind`.
 BASE, POST_TRAINED = "base", "post-trained"
@@ -15,11 +19,9 @@ KINDS = (BASE, POST_TRAINED)
 # `--chat-template`: auto (on for a post-trained model whose tokenizer has a template), on, off.
 CHAT_TEMPLATES = ("auto", "on", "off")
 
-# `--backend`: which engine generates the outputs (hf: softeval's own loop on the transformers model; vllm:
-# vLLM, docs/backends.md). Log-likelihoods and tuning are always the transformers model's.
-BACKENDS = ("hf", "vllm")
-
-# Metrics every run can have, in the order tables show them (f1: SQuAD and TriviaQA only; the
-# letter and cloze log-likelihoods: multiple choice; the last two: with --permutations).
-METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "letter_loglik_accuracy",
-           "cloze_accuracy", "cloze_accuracy_norm", "permutation_consistency", "circular_accuracy")
+# Metrics every run can have, in the order tables show them (the run's table, the report, the runs index).
+# f1: the tasks that score token F1 (SQuAD, TriviaQA, task files with `matcher: f1`); the letter and cloze
+# log-likelihoods: multiple choice; the last two: with --permutations.
+METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "f1",
+           "letter_loglik_accuracy", "cloze_accuracy", "cloze_accuracy_norm", "permutation_consistency",
+           "circular_accuracy")

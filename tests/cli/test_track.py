@@ -75,7 +75,8 @@ def test_series_entries_in_a_sweep_file(trained_series, tmp_path):
                          ({"series": str(folder), "post_trained": "x"}, "unknown key 'post_trained'"),
                          ({"series": str(tmp_path)}, "no checkpoint folders"),
                          ({"series": str(folder), "name": 5}, r"'name' must be text .*, not 5$"),
-                         ({"checkpoints": [str(folder / "checkpoint-100")], "name": 5}, r"'name' must be text .*not 5$"),
+                         ({"checkpoints": [str(folder / "checkpoint-100")], "name": 5},
+                          r"'name' must be text .*not 5$"),
                          ({"checkpoints": [str(folder / "checkpoint-100")], "name": " "}, "'name' must be text"),
                          ({"checkpoints": [str(folder / "checkpoint-100")]}, "given as 'checkpoints' needs a 'name'")]:
         with pytest.raises(UserError, match=message):
@@ -114,7 +115,7 @@ def test_a_moved_series_folder_resumes_and_runs_only_the_checkpoints_added_since
     of refusing every run (exit 2) or starting a second series."""
     import shutil
 
-    from test_sweep import write_tasks
+    from sweepfiles import write_tasks
 
     from softeval.store import index
 
@@ -137,7 +138,8 @@ def test_a_moved_series_folder_resumes_and_runs_only_the_checkpoints_added_since
     rows = index.list_runs(out)
     assert sorted((r["series"], r["step"], r["method"]) for r in rows) == [
         ("ckpts", s, m) for s in (100, 200, 300) for m in ("soft-prompt", "zero-shot")]
-    late = json.loads((out / "ckpts--checkpoint-300" / task.name / "soft-prompt" / "seed0" / "results.json").read_text())
+    late = json.loads((out / "ckpts--checkpoint-300" / task.name / "soft-prompt" / "seed0"
+                       / "results.json").read_text())
     assert late["tuning"]["init_from"]["step"] == 200  # warm-started from the checkpoint run before the move
     assert late["model"] == str(moved / "checkpoint-300")
 
@@ -145,7 +147,7 @@ def test_a_moved_series_folder_resumes_and_runs_only_the_checkpoints_added_since
 def test_another_training_run_with_the_same_folder_names_is_refused_never_skipped(ray_cluster, tmp_path, capsys):
     """`output/checkpoint-100` of two training runs into one --out: same run folders, other weights. The second
     is refused with the checkpoint named; reporting the first run's numbers for it would be silently wrong."""
-    from test_sweep import write_tasks
+    from sweepfiles import write_tasks
 
     task = tmp_path / write_tasks(tmp_path)[0]
     out = tmp_path / "out"
@@ -173,6 +175,23 @@ def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_s
     spec = track_spec(args)
     assert spec["backend"] == "vllm" and spec["vllm"] == {"max_model_len": 1024}
     sweep = parse_sweep(spec, tmp_path / "track", where="softeval track", command="track")
-    assert {(j.config.backend, tuple(j.config.vllm.items())) for j in sweep.jobs} == {("vllm", (("max_model_len", 1024),))}
+    assert {(j.config.backend, tuple(j.config.vllm.items())) for j in sweep.jobs} == {
+        ("vllm", (("max_model_len", 1024),))}
     assert main([*base, "--vllm-arg", "max_model_len=1024"]) == 2  # the run's own refusal, before any model loads
     assert capsys.readouterr().err.strip().endswith("--vllm-arg sets vLLM's engine; add --backend vllm")
+
+
+def test_track_passes_on_every_option_a_sweep_file_may_set(tmp_path):
+    """track's run options are the option table's sweep keys, not a list of its own: each given one goes
+    into the sweep it stands for; one not given is left to the run's default."""
+    from softeval.cli.app import build_parser
+    from softeval.cli.track import PASSED, track_spec
+    from softeval.run.config import SWEEP_OPTIONS
+
+    assert PASSED == SWEEP_OPTIONS
+    args = build_parser().parse_args(["track", str(tmp_path), "--task", "mmlu", "--permutations", "2",
+                                      "--no-early-stop", "--wait", "--chat-template", "off", "--length-group", "4"])
+    spec = track_spec(args)
+    assert {k: spec[k] for k in ("permutations", "early_stop", "wait", "chat_template", "length_group")} == {
+        "permutations": 2, "early_stop": False, "wait": True, "chat_template": "off", "length_group": 4}
+    assert not {"limit", "steps", "backend", "vllm", "skip_bad_rows"} & set(spec)

@@ -8,7 +8,7 @@ import random
 import subprocess
 from pathlib import Path
 
-from test_runlock import child
+from processes import child
 
 from softeval.store import index
 

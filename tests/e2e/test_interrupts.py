@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from test_runlock import child, wait_for_line
+from processes import child, wait_for_line
 
 
 def test_sigterm_during_tuning_says_what_ctrl_c_says(tmp_path):

@@ -11,9 +11,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from runfactory import demo_runs
+from runfactory import demo_runs, write_run
 
 from softeval.analysis.report import build_report
+from softeval.cli.app import print_table
+from softeval.metrics import aggregate
+from softeval.store.format import samples_digest
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 EVIL = "<script>alert(1)</script>"
@@ -46,7 +49,7 @@ def test_report_is_self_contained_escaped_and_complete(report: Path) -> None:
     assert "items disagree" in text and "I think the answer is" in text
     assert "<th>top answer</th>" in text
     # the verdicts head the task's knowledge block: soft-prompt against both prompts, per base model
-    (verdict,) = re.findall(r'<div class="verdict">(.*?)</div>', text)
+    (verdict,) = re.findall(r'<div class="verdict">(.*?)</div>', text, re.S)
     assert verdict.count("soft-prompt vs zero-shot:</b>") == 4 and verdict.count("soft-prompt vs few-shot:</b>") == 4
     assert verdict.count("McNemar p") == 8 and "&lt;script&gt;" in verdict and "post-" not in verdict
     tops = re.findall(r'<td class="num">(\w+) (\d+)/60</td>', text)
@@ -139,3 +142,42 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     assert [t for t in wide["tables"] if t["scrolls"]] == []
     boxed = [t for t in narrow["tables"] if t["scrolls"]]
     assert len(boxed) == 2 and all(t["box_height"] <= narrow["height"] for t in boxed)  # metrics, knowledge
+
+
+def _with_f1(run_dir: Path, f1: list[float]) -> dict:
+    """A run written by runfactory given per-item token F1, as SQuAD and TriviaQA score it; its results.json
+    agrees with its samples (metrics, digest), so it loads as a finished run. Returns the results."""
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    for sample, value in zip(samples, f1, strict=True):
+        sample["f1"] = value
+    text = "".join(json.dumps(s) + "\n" for s in samples)
+    results = json.loads((run_dir / "results.json").read_text())
+    results["metrics"]["f1"] = aggregate(samples)["f1"]
+    results.update(samples_digest(text))
+    (run_dir / "samples.jsonl").write_text(text)
+    (run_dir / "results.json").write_text(json.dumps(results))
+    return results
+
+
+def test_f1_shows_in_the_run_table_and_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """protocol.METRICS promises f1 for the tasks that score token F1: the run's table and the report show
+    it (the report's column only where a run has f1: a report of multiple-choice runs stays as wide as it
+    was)."""
+    run = write_run(tmp_path / "runs", "m", "squad", "zero-shot", [True, False, False, True])
+    results = _with_f1(run, [1.0, 0.5, 0.0, 1.0])
+    assert results["metrics"]["f1"]["value"] == pytest.approx(0.625)
+    write_run(tmp_path / "runs", "m", "mmlu", "zero-shot", [True, False])
+
+    print_table([results])
+    header = next(line for line in capsys.readouterr().out.splitlines() if "method" in line)
+    assert " f1 " in header and header.index("lenient") < header.index(" f1 ") < header.index("top answer")
+
+    page = build_report(tmp_path / "runs", tmp_path / "r.html").read_text(encoding="utf-8")
+    head = re.search(r"<h2>Metrics</h2>.*?</thead>", page, re.S).group(0)
+    assert "<th>f1</th>" in head and "token F1" in head
+    rows = re.findall(r"<tr><td>(squad|mmlu)</td>.*?</tr>", page[page.index("<h2>Metrics"):], re.S)
+    assert rows == ["mmlu", "squad"]
+    assert '<td class="num">0.625<br>' in page  # squad's f1; mmlu's is a dash
+    only_mc = tmp_path / "mc"
+    write_run(only_mc, "m", "mmlu", "zero-shot", [True, False])
+    assert "<th>f1</th>" not in build_report(only_mc, tmp_path / "mc.html").read_text(encoding="utf-8")

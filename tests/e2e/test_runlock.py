@@ -7,39 +7,12 @@ import multiprocessing as mp
 import os
 import signal
 import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from processes import child, wait_for_line
 
 from softeval.store.locking import Locked
 from softeval.store.runs import RunFolder
-
-CHILD = Path(__file__).parents[1] / "support" / "runchild.py"
-ARGS = ["run", "--model", "tiny-0", "--task", "toyformat", "--method", "soft-prompt", "--limit", "6",
-        "--steps", "4", "--shots", "1", "--tokens", "2", "--lr", "0.1", "--curve-every", "2",
-        "--curve-items", "4", "--eval-batch-size", "3"]
-
-
-def child(hook: str, out: Path, *extra: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "500", "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, str(CHILD), hook, *ARGS, "--out", str(out), *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
-def wait_for_line(stream, text: str, timeout: float = 120) -> list[str]:
-    seen, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = stream.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never printed; got {''.join(seen)!r}")
 
 
 def _hold(path: str, ready, release) -> None:

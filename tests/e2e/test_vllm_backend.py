@@ -81,8 +81,8 @@ def test_key_values_are_typed_and_backend_is_part_of_the_identity():
     hf = RunConfig(model="m", task="mmlu").options("zero-shot")
     vllm = RunConfig(model="m", task="mmlu", backend="vllm", vllm={"enforce_eager": True}).options("zero-shot")
     assert identity_diff(hf, vllm) == ["backend: 'hf' -> 'vllm'", "vllm: None -> {'enforce_eager': True}"]
-    before = {k: v for k, v in hf.items() if k not in ("backend", "vllm")}  # a run recorded before the backend
-    assert identity_diff(before, hf) == []
+    before = {k: v for k, v in hf.items() if k not in ("backend", "vllm")}  # a run that did not record them
+    assert identity_diff(before, hf) == ["backend: not recorded -> 'hf'", "vllm: not recorded -> None"]
 
 
 def test_a_sweep_files_vllm_mapping_is_type_checked(tmp_path, capsys):
@@ -112,7 +112,7 @@ def test_the_engine_binds_its_threads_only_where_they_fill_the_cpus_it_may_use(m
 def test_only_the_warnings_that_softevals_own_settings_cause_are_dropped():
     import logging
 
-    from softeval.lm.vllm_engine import quiet_expected_warnings
+    from softeval.lm.vllm_args import quiet_expected_warnings
 
     quiet_expected_warnings()
     quiet_expected_warnings()  # once per process is enough; twice adds nothing
@@ -156,13 +156,16 @@ def test_the_cpu_engine_settings_leave_what_the_user_set_and_size_the_kv_cache_f
 
 @pytest.fixture(scope="module")
 def engine_lm():
+    from softeval.lm.backends import close_engine, start_engine
     from softeval.lm.models import load_model
     from softeval.lm.vllm_engine import VllmEngine
 
     lm = load_model(SMOLLM2, device="cpu", dtype="float32")
-    lm.engine = VllmEngine(lm)  # on CPU without graph compile by default: a start in seconds, not minutes
+    # kept on the model as a run's is, so the module's vLLM runs use it: on CPU without graph compile by
+    # default, a start in seconds, not minutes
+    assert isinstance(start_engine(lm, "vllm", 16, None), VllmEngine) and lm.engine is not None
     yield lm
-    lm.engine.close()
+    close_engine(lm)
 
 
 def items(task_name: str, n: int):
@@ -227,9 +230,11 @@ def tuned_runs(engine_lm, tmp_path_factory):
     the same zero-shot run on the HF engine."""
     out = tmp_path_factory.mktemp("vllm-runs")
     small = dict(model=SMOLLM2, task="mmlu", limit=4, steps=2, batch_size=4, curve_items=0)
+    kept = engine_lm.engine
     run_job(RunConfig(**small, methods=("zero-shot", "soft-prompt"), backend="vllm",
                       out=str(out / "vllm")), lm=engine_lm)
     run_job(RunConfig(**small, methods=("zero-shot",), out=str(out / "hf")), lm=engine_lm)
+    assert engine_lm.engine is kept and kept.llm is not None  # the vLLM runs used it; the HF run left it be
     return out
 
 

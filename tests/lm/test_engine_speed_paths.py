@@ -5,6 +5,7 @@ import torch
 from tiny import plain_target_loss, tiny_lm
 
 from softeval.lm import batching, generation, kv_cache, loglik, memory, tuning_loss
+from softeval.lm.softprompt import SoftPrompt
 
 INSTRUCTION = "Answer with one letter. Here are worked examples:\nQ: abc\nA: a\n\nQ: "
 QUESTIONS = ["d", "efg hij", "klm", "nopqrs tu", "v", "wxyz 1234 567", "ab", "cdefgh"]
@@ -302,10 +303,11 @@ def _sliding_lm(family: str):
 
 
 def _first_logprobs(lm, seqs, soft, prefix_cache):
-    got = {}
-    generation.generate(lm, seqs, soft=soft, max_new_tokens=3, batch_size=3, prefix_cache=prefix_cache,
-                        on_first_logprobs=lambda idx, lp: got.update({i: lp[k] for k, i in enumerate(idx)}))
-    return torch.stack([got[i] for i in range(len(seqs))])
+    """The first generated token's log-probabilities over the whole vocabulary, per sequence."""
+    every = [list(range(lm.model.config.vocab_size))] * len(seqs)
+    gen = generation.generate(lm, seqs, soft=soft, max_new_tokens=3, batch_size=3, prefix_cache=prefix_cache,
+                              first_ids=every)
+    return torch.tensor(gen.first_logprobs)
 
 
 @pytest.mark.parametrize("family", ["gemma3", "mistral"])
@@ -356,3 +358,20 @@ def test_position_masks_apply_the_window_in_positions_not_columns(monkeypatch):
         for q, p in enumerate(positions[row].tolist()):
             want = [bool(mask[row, k]) and 0 <= p - key_pos[k] < window for k in range(mask.shape[1])]
             assert sliding[row, q].tolist() == want
+
+
+def test_first_token_logprobs_match_option_logprobs():
+    """Option scores taken from the generation's first forward pass (``first_ids``) equal the separate
+    scoring pass."""
+    lm = tiny_lm()
+    soft = SoftPrompt.initialise(lm, 3, "vocab", seed=0).weight
+    prompts = [lm.tokenizer(t).input_ids for t in ("Q: 1?\nA:", "Q: longer question here?\nA:", "Q: x\nA:")]
+    letters = [[lm.tokenizer(f" {c}", add_special_tokens=False).input_ids[-1:]] for c in "ABCD"]
+    options = [[o[0] for o in letters]] * len(prompts)
+    for s in (None, soft):
+        first = [[o[0] for o in item] for item in options]
+        seen = generation.generate(lm, prompts, soft=s, max_new_tokens=2, batch_size=2, first_ids=first).first_logprobs
+        direct = loglik.option_logprobs(lm, prompts, options, soft=s, batch_size=2)
+        assert len(seen) == 3 and all(len(seen[i]) == len(options[i]) for i in range(3))
+        for i in range(3):
+            torch.testing.assert_close(torch.tensor(seen[i]), torch.tensor(direct[i]), atol=1e-5, rtol=1e-5)

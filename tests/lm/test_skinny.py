@@ -65,10 +65,9 @@ def test_generations_and_first_logprobs_equal_the_plain_path(monkeypatch):
     seqs = [lm.tokenizer(f"Q: {q}\nA:").input_ids for q in ("abc", "de fgh", "ijklm nop", "q", "rst uv wx")]
 
     def run():
-        firsts = {}
-        out = generation.generate(lm, seqs, max_new_tokens=12, batch_size=2,
-                                  on_first_logprobs=lambda idx, lp: firsts.update(zip(idx, lp))).texts
-        return out, firsts
+        every = [list(range(lm.model.config.vocab_size))] * len(seqs)  # the whole first-step distribution
+        gen = generation.generate(lm, seqs, max_new_tokens=12, batch_size=2, first_ids=every)
+        return gen.texts, [torch.tensor(f) for f in gen.first_logprobs]
 
     fast, fast_first = run()
     monkeypatch.setattr(skinny, "ENABLED", False)

@@ -141,8 +141,10 @@ def test_a_prompt_without_the_cue_ends_at_the_generation_prompt():
     item = Example(id="h/0", fields={"context": "He lifts the bar", "query": "He lifts the bar"}, gold="A",
                    options=("and drops it.", "then sings."))
     prompter = Prompter(lm, hellaswag, chat=True, shots=[])
-    assert prompter.cloze_text(item, "zero-shot") == "<|im_start|>user\nHe lifts the bar<|im_end|>\n<|im_start|>assistant\n"
-    assert prompter.cloze_ids(item, "zero-shot")[1][0] == lm.tokenizer("and drops it.", add_special_tokens=False).input_ids
+    assert prompter.cloze_text(item, "zero-shot") == ("<|im_start|>user\nHe lifts the bar<|im_end|>\n"
+                                                      "<|im_start|>assistant\n")
+    assert prompter.cloze_ids(item, "zero-shot")[1][0] == lm.tokenizer(
+        "and drops it.", add_special_tokens=False).input_ids
 
 
 def test_a_template_without_a_system_role_gets_the_instruction_in_the_first_user_turn():

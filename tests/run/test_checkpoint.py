@@ -54,11 +54,12 @@ def test_tuning_checkpoint_is_safetensors_and_json_not_a_pickle(lm, tmp_path):
 def test_planted_pickle_checkpoint_is_never_unpickled(lm, tmp_path):
     marker = tmp_path / "payload-ran"
     torch.save({"soft": Payload(marker), "step": 3}, tmp_path / "tune_state.pt")
+    planted = (tmp_path / "tune_state.pt").read_bytes()
     prompter, train, held = _setup(lm)
     said = []
     resumed = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, log=said.append)
     assert not marker.exists()
-    assert not (tmp_path / "tune_state.pt").exists() and "never loads" in said[0]
+    assert (tmp_path / "tune_state.pt").read_bytes() == planted and said == []  # not read: no checkpoint file
     fresh = tune(lm, prompter, train, held, CFG)
     torch.testing.assert_close(resumed.soft.weight, fresh.soft.weight, rtol=0, atol=0)
 

@@ -4,6 +4,7 @@ import io
 import json
 
 import pytest
+from interrupts import interrupt_second_generate
 from rich.console import Console
 from tiny import tiny_lm, toy_config
 
@@ -113,28 +114,12 @@ def test_interrupted_partial_with_other_settings_starts_afresh(tmp_path):
     assert not (folder.start({"lr": 0.01}) / "tune_state.pt").exists()  # other settings: fresh
 
 
-def _interrupt_second_generate(monkeypatch):
-    from softeval.lm import generation
-
-    real, calls, raised = generation.generate, [], []
-
-    def flaky(lm, seqs, **kw):
-        calls.append(len(seqs))
-        if len(calls) == 2 and not raised:
-            raised.append(True)
-            raise KeyboardInterrupt
-        return real(lm, seqs, **kw)
-
-    monkeypatch.setattr(generation, "generate", flaky)
-    return calls
-
-
 def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypatch):
     from softeval.run import pipeline
 
     full = run_job(_config(tmp_path / "full", methods=("zero-shot",)), lm=tiny_lm())[0]
     monkeypatch.setattr(pipeline, "SAVE_EVERY", 5)
-    calls = _interrupt_second_generate(monkeypatch)
+    calls = interrupt_second_generate(monkeypatch)
     cfg = _config(tmp_path / "resumed", methods=("zero-shot",))
     with pytest.raises(KeyboardInterrupt):
         run_job(cfg, lm=tiny_lm())
@@ -151,7 +136,7 @@ def test_interrupted_scoring_resumes_with_the_items_left(toy, tmp_path, monkeypa
 
 
 def test_post_trained_model_mistaken_for_base_is_said_loudly(toy, tmp_path, capsys, monkeypatch):
-    """Issue 11 item 7: a kind guessed from the name as base while the tokenizer has a chat template is
+    """A kind guessed from the name as base while the tokenizer has a chat template is
     said once, with the --kind fix; the kind's source shows in `softeval runs` and the report."""
     from softeval import metrics
     from softeval.lm.models import BASE

@@ -72,7 +72,8 @@ def test_tokenisation_at_the_seam_option_ids_are_the_joint_encodings_tail(prompt
 
 def test_encode_pair_moves_only_spaces_and_keeps_the_context_as_the_model_reads_it():
     tok = merging_tokenizer()
-    assert encode_pair(tok, "Answer: ", "B", special=False) == (tok("Answer:").input_ids[1:], [tok.convert_tokens_to_ids(" B")])
+    assert encode_pair(tok, "Answer: ", "B", special=False) == (tok("Answer:").input_ids[1:],
+                                                                [tok.convert_tokens_to_ids(" B")])
     # A newline ending the context (a chat template's generation prompt) stays in the context.
     ctx, cont = encode_pair(tok, "assistant\n", "B", special=False)
     assert ctx == tok("assistant\n", add_special_tokens=False).input_ids and cont == [tok.convert_tokens_to_ids("B")]

@@ -162,7 +162,8 @@ def test_held_out_loss_equals_the_tuning_loss_without_gradients(lm):
     prompts, targets = [prompter.ids(e, "soft-prompt") for e in items], [prompter.target_ids(e) for e in items]
     soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.01
     expected = float(tuning_loss.target_loss(lm, prompts, targets, soft))
-    assert tuning_loss.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(expected, rel=1e-5)
+    assert tuning_loss.target_loss_value(lm, prompts, targets, soft, max_pass_tokens=8) == pytest.approx(
+        expected, rel=1e-5)
 
 
 def _gemma2(window: int):

@@ -15,7 +15,8 @@ from softeval.run.pipeline import run_job
 
 
 def _config(out, **kw):
-    return toy_config(out, **{**dict(methods=("soft-prompt",), limit=6, steps=4, curve_every=2, eval_batch_size=6), **kw})
+    return toy_config(out, **{**dict(methods=("soft-prompt",), limit=6, steps=4, curve_every=2, eval_batch_size=6),
+                              **kw})
 
 
 def _source(tmp_path, hidden=32, tokens=4):

@@ -143,7 +143,7 @@ def test_a_task_name_slugged_into_its_folder_name_is_accepted(tmp_path: Path) ->
     assert [r["task"] for r in index.list_runs(tmp_path)] == ["my tasks/qa"]
 
 
-def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_runs_show_the_top_answer(tmp_path: Path, capsys, monkeypatch) -> None:
     import argparse
 
     from softeval.cli import analysis as cli_analysis
@@ -152,12 +152,6 @@ def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Pat
     run = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", [False] * 10)
     index.record_run(tmp_path, run)
     assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
-    # An index written before the column existed: drop it, as that index never had it.
-    conn = sqlite3.connect(tmp_path / INDEX_FILE)
-    conn.execute("ALTER TABLE runs DROP COLUMN top_answer")
-    conn.commit()
-    conn.close()
-    assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"  # filled from the folder
     monkeypatch.setenv("COLUMNS", "200")  # one line per row
     parser = argparse.ArgumentParser()
     cli_analysis.register(parser.add_subparsers())
@@ -165,17 +159,3 @@ def test_runs_show_the_top_answer_and_an_old_index_gets_the_column(tmp_path: Pat
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "top answer" in out and "B 3/10" in out
-
-
-def test_a_run_written_before_answers_were_recorded_gets_them_from_its_samples(tmp_path: Path) -> None:
-    run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", [False] * 10)
-    results = json.loads((run / "results.json").read_text())
-    del results["answers"]
-    (run / "results.json").write_text(json.dumps(results))
-    assert index.list_runs(tmp_path)[0]["top_answer"] == "B 3/10"
-    del results["samples_sha256"]  # and before samples were checksummed: they are checked row by row
-    (run / "results.json").write_text(json.dumps(results))
-    (run / "samples.jsonl").write_text("not json\n")
-    report = index.rebuild(tmp_path)
-    assert index.list_runs(tmp_path) == []  # damaged samples: the run is skipped, saying why
-    assert "samples.jsonl line 1 is not JSON" in report.skipped[0][1]

@@ -113,22 +113,6 @@ def test_a_finished_run_without_a_recorded_option_is_another_run_and_says_why(to
         run_job(_toy(tmp_path), lm=tiny_lm())
 
 
-def test_a_run_from_before_early_stop_is_an_every_step_run(toy, tmp_path):
-    """Runs made before --early-stop and --permutations existed ran every step without permutations:
-    they are that run (skipped with --no-early-stop), and another one for the new default."""
-    from softeval.errors import UserError
-
-    first = run_job(_toy(tmp_path, methods=("soft-prompt",), early_stop=False), lm=tiny_lm())[0]
-    path = tmp_path / "tiny-0/toyformat/soft-prompt/seed0/results.json"
-    results = json.loads(path.read_text())
-    del results["config"]["early_stop"], results["config"]["permutations"]
-    path.write_text(json.dumps(results))
-    again = run_job(_toy(tmp_path, methods=("soft-prompt",), early_stop=False), lm=tiny_lm())[0]
-    assert again["finished_at"] == first["finished_at"]
-    with pytest.raises(UserError, match=r"other settings.*early_stop: False -> True"):
-        run_job(_toy(tmp_path, methods=("soft-prompt",)), lm=tiny_lm())
-
-
 def test_options_a_method_does_not_read_do_not_make_its_run_another(toy, tmp_path):
     """New tuning settings or another --shots leave a finished zero-shot run finished (it read neither);
     the methods that read them are run again or refused."""

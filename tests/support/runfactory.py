@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from softeval.store.record import RESULTS_FORMAT_VERSION
+
 
 def wilson(k: float, n: int, z: float = 1.959964) -> tuple[float | None, float | None, float | None]:
     if n == 0:
@@ -45,11 +47,8 @@ def write_run(
     curve: list[dict[str, Any]] | None = None,
     partial: bool = False,
     cloze_correct: Sequence[bool] | None = None,
-    legacy: bool = False,
 ) -> Path:
-    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'.
-    ``legacy``: as softeval wrote it before the letter metric was renamed (``loglik_accuracy``,
-    ``loglik_correct``) and before cloze scores and failure causes."""
+    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
     n = len(correct)
     format_ok = list(format_ok) if format_ok is not None else [True] * n
     lenient_correct = list(lenient_correct) if lenient_correct is not None else list(correct)
@@ -70,15 +69,13 @@ def write_run(
             "strict": strict, "lenient": lenient, "gold": gold, "format_ok": bool(format_ok[i]),
             "correct": bool(correct[i]), "lenient_correct": bool(lenient_correct[i]),
         }
-        prefix = "" if legacy else "letter_"
         if loglik_correct is not None:
-            sample[f"{prefix}loglik_pred"] = gold if loglik_correct[i] else wrong
-            sample[f"{prefix}loglik_correct"] = bool(loglik_correct[i])
+            sample["letter_loglik_pred"] = gold if loglik_correct[i] else wrong
+            sample["letter_loglik_correct"] = bool(loglik_correct[i])
         if cloze_correct is not None:
             sample["cloze_correct"] = sample["cloze_norm_correct"] = bool(cloze_correct[i])
-        if not legacy:
-            sample["hit_max_new_tokens"] = False
-            sample["failure"] = None if format_ok[i] else "wrong_style"
+        sample["hit_max_new_tokens"] = False
+        sample["failure"] = None if format_ok[i] else "wrong_style"
         samples.append(sample)
     n_fmt = sum(format_ok)
     metrics = {
@@ -88,29 +85,29 @@ def write_run(
         "lenient_accuracy": _metric(sum(lenient_correct), n),
     }
     if loglik_correct is not None:
-        metrics["loglik_accuracy" if legacy else "letter_loglik_accuracy"] = _metric(sum(loglik_correct), n)
+        metrics["letter_loglik_accuracy"] = _metric(sum(loglik_correct), n)
     if cloze_correct is not None:
         metrics["cloze_accuracy"] = metrics["cloze_accuracy_norm"] = _metric(sum(cloze_correct), n)
-    results = {
-        "softeval_version": "0.1.0", "model": model, "model_kind": model_kind, "task": task,
-        "method": method, "seed": seed, "n": n, "metrics": metrics, "item_ids": ids,
-        "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
-        "truncated_prompts": 0, "config": {}, "versions": {"python": "3.11"}, "git": None,
-        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
-        "wall_seconds": 60.0,
+    failed = n - n_fmt
+    text = "".join(json.dumps(s) + "\n" for s in samples)
+    results = {  # every key of softeval.store.record.Results, in its order
+        "format_version": RESULTS_FORMAT_VERSION, "softeval_version": "0.1.0", "model": model,
+        "model_kind": model_kind, "model_kind_source": "preset", "task": task, "method": method, "seed": seed,
+        "n": n, "series": None, "step": None, "metrics": metrics,
         "answers": {key: [list(kv) for kv in Counter(s[key] for s in samples).most_common(5)]
                     for key in ("strict", "gold")},
+        "format_failures": {"causes": {"empty": 0, "max_new_tokens": 0, "wrong_style": failed,
+                                       "refusal_or_echo": 0, "other": 0},
+                            "failed": failed, "hit_max_new_tokens": 0},
+        "item_ids": ids,
+        "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
+        "chat_template": False, "engine": {"backend": "hf"}, "truncated_prompts": 0, "unscorable": 0,
+        "tuning": {"steps": len(curve or []), "lr": 0.03} if method == "soft-prompt" else None,
+        "config": {}, "versions": {"python": "3.11"}, "git": None,
+        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
+        "wall_seconds": 60.0,
+        "samples_count": n, "samples_sha256": hashlib.sha256(text.encode()).hexdigest(),
     }
-    if method == "soft-prompt":
-        results["tuning"] = {"steps": len(curve or []), "lr": 0.03}
-    if not legacy:
-        failed = n - n_fmt
-        results["format_failures"] = {"causes": {"empty": 0, "max_new_tokens": 0, "wrong_style": failed,
-                                                 "refusal_or_echo": 0, "other": 0},
-                                      "failed": failed, "hit_max_new_tokens": 0}
-    text = "".join(json.dumps(s) + "\n" for s in samples)
-    if not legacy:  # older runs recorded no checksum: readers count their rows instead
-        results.update(samples_count=n, samples_sha256=hashlib.sha256(text.encode()).hexdigest())
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (run_dir / "samples.jsonl").write_text(text, encoding="utf-8")
     if method == "soft-prompt":  # a finished soft-prompt run holds its adapter (a stand-in: nothing reads it)

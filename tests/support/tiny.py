@@ -26,11 +26,13 @@ def tiny_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
                                    pad_token="<pad>", unk_token="<unk>")
 
 
-def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2, hidden: int = 32, init_range: float = 0.3) -> LlamaForCausalLM:
+def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2, hidden: int = 32,
+               init_range: float = 0.3) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, initializer_range=init_range, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+                         max_position_embeddings=1024, initializer_range=init_range, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
     model = LlamaForCausalLM(config)
     model.eval()
     model.requires_grad_(False)

@@ -1,7 +1,6 @@
 """Series discovery and ordering (pure functions, property-tested), and series/step in the index."""
 
 import json
-import sqlite3
 
 import pytest
 from hypothesis import given
@@ -63,26 +62,6 @@ def test_explicit_list(tmp_path):
                          ([{"path": "a", "step": 1, "x": 2}], "mapping with 'path' and 'step'")]:
         with pytest.raises(UserError, match=message):
             from_list(bad, "here", tmp_path)
-
-
-def test_older_index_gets_series_columns(tmp_path):
-    from runfactory import write_run
-
-    from softeval.store import index
-    from softeval.store.format import INDEX_FILE
-
-    run = write_run(tmp_path, "m", "mmlu", "zero-shot", [True, False])
-    results = json.loads((run / "results.json").read_text())
-    results.update(series="r1", step=300)
-    (run / "results.json").write_text(json.dumps(results))
-    index.rebuild(tmp_path)
-    conn = sqlite3.connect(tmp_path / INDEX_FILE)  # as an index written before the columns existed
-    conn.execute("ALTER TABLE runs DROP COLUMN series")
-    conn.execute("ALTER TABLE runs DROP COLUMN step")
-    conn.commit()
-    conn.close()
-    [row] = index.list_runs(tmp_path)
-    assert (row["series"], row["step"]) == ("r1", 300)
 
 
 def test_series_report_has_a_curve_per_series_and_task(tmp_path):

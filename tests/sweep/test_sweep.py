@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from sweepfiles import write_tasks
 from tiny import tiny_lm, tiny_model, tiny_tokenizer, toy_config
 
 from softeval import cli
@@ -31,31 +32,6 @@ from softeval.sweep.file import load_sweep
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-TASK = {"data": "{name}.jsonl", "fields": ["word", "answer"], "answer_field": "answer",
-        "instruction": "Write # and the {which} letter.", "prompt": "Word: {{{{ word }}}}\nAnswer:",
-        "target": " #{{{{ answer }}}}", "answer_regex": "^ ?#([a-h])", "matcher": "exact",
-        "split": {"n_tune": 40, "seed": 1}, "stop": ["\n"], "max_new_tokens": 3}
-
-
-def write_tasks(folder: Path) -> list[str]:
-    """Two synthetic tasks (first and last letter of a word) as task files the workers can read."""
-    import random
-
-    rng = random.Random(0)
-    names = []
-    for name, which, pick in (("first", "first", 0), ("last", "last", -1)):
-        rows = []
-        for i in range(60):
-            word = "".join(rng.choice("abcdefgh") for _ in range(3))
-            rows.append({"id": f"{name}{i}", "word": word, "answer": word[pick]})
-        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        spec = {k: v.format(name=name, which=which) if isinstance(v, str) else v for k, v in TASK.items()}
-        spec["name"] = name
-        (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-        names.append(f"{name}.yaml")
-    return names
-
 
 def write_model(folder: Path, seed: int) -> Path:
     tok = tiny_tokenizer()
@@ -254,7 +230,8 @@ def test_node_removed_mid_sweep_its_jobs_finish_on_the_other_node(ray_cluster, a
     ({"chat-template": "on"}, "unknown key 'chat-template' (did you mean 'chat_template'?)"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": 1.5}}]}, "gpus above 1 must be a whole number"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": -1}}]}, "resources.cpus must be a finite number >= 0"),
-    ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": float("nan")}}]}, "resources.gpus must be a finite number"),
+    ({"models": [{"name": "gemma-3-270m", "resources": {"gpus": float("nan")}}]},
+     "resources.gpus must be a finite number"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": 0}}]},
      "resources.cpus 0 reserves no CPU, so nothing bounds how many workers run at once"),
     ({"models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0}}]}, "resources.cpus 0 reserves no CPU"),
@@ -284,7 +261,8 @@ def test_bad_sweep_files_are_one_line_and_exit_2(tmp_path, capsys, change, messa
 def test_cpus_0_is_allowed_where_a_gpu_bounds_the_workers(tmp_path):
     from softeval.sweep.file import parse_sweep
 
-    spec = {"out": "out", "models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0.5}}], "tasks": ["mmlu"]}
+    spec = {"out": "out", "models": [{"name": "gemma-3-270m", "resources": {"cpus": 0, "gpus": 0.5}}],
+            "tasks": ["mmlu"]}
     assert parse_sweep(spec, tmp_path / "s.yaml").models[0].resources.cpus == 0
 
 

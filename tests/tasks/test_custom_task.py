@@ -70,7 +70,7 @@ def test_multiple_choice_task_file_gets_letter_and_cloze_scores(tmp_path):
 
 
 def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch):
-    from test_pipeline import _interrupt_second_generate
+    from interrupts import interrupt_second_generate
     from tiny import tiny_lm
 
     from softeval.run import pipeline
@@ -80,7 +80,7 @@ def test_multiple_choice_scores_survive_an_interrupted_run(tmp_path, monkeypatch
                                    eval_batch_size=5, out=str(tmp_path / out), device="cpu")
     (full,) = run_job(config("full"), lm=tiny_lm())
     monkeypatch.setattr(pipeline, "SAVE_EVERY", 2)
-    _interrupt_second_generate(monkeypatch)
+    interrupt_second_generate(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_job(config("resumed"), lm=tiny_lm())
     (resumed,) = run_job(config("resumed"), lm=tiny_lm())
@@ -207,7 +207,7 @@ def test_cli_flag_reaches_the_run_config():
 
 
 def test_custom_multiple_choice_matches_every_letter(tmp_path):
-    """Issue 11 item 8: letters went through the short-answer matcher, whose SQuAD normalisation
+    """Letters went through the short-answer matcher, whose SQuAD normalisation
     deletes the article 'a', so gold 'A' never matched. Every letter of a 26-option task must."""
     from softeval.run.scoring import score_output
     from softeval.tasks.base import LETTERS
@@ -226,7 +226,7 @@ def test_custom_multiple_choice_matches_every_letter(tmp_path):
 
 
 def test_test_items_leak_into_tuning_and_shots(tmp_path):
-    """Issue 11 item 6: a tuning item (tune_data here) whose rendered question equals a scored item's is
+    """A tuning item (tune_data here) whose rendered question equals a scored item's is
     dropped before tuning and shot picking, and counted in results.json split."""
     from tiny import tiny_lm
 
@@ -239,7 +239,8 @@ def test_test_items_leak_into_tuning_and_shots(tmp_path):
     assert splits.dropped_test_duplicates == 2 and len(splits.tune) == 20
     scored = {task.render(e) for e in splits.eval}
     assert not [e for e in splits.tune if task.render(e) in scored]
-    config = RunConfig(model="tiny-0", task=str(task.extra["task_file"]), methods=("few-shot",), limit=3, shots=20, curve_items=0,
+    config = RunConfig(model="tiny-0", task=str(task.extra["task_file"]), methods=("few-shot",),
+                       limit=3, shots=20, curve_items=0,
                        eval_batch_size=3, out=str(tmp_path / "runs"), device="cpu")
     (result,) = run_job(config, lm=tiny_lm())
     assert result["split"]["dropped_test_duplicates"] == 2 and result["split"]["n_tune"] == 20

@@ -116,7 +116,8 @@ def test_math500(gold, output, strict, strict_ok, lenient, lenient_ok):
     assert (sample["lenient"], sample["lenient_correct"]) == (lenient, lenient_ok)
 
 
-TRIVIA = Example(id="t", fields={"question": "q"}, gold="Sunset Boulevard", aliases=("Sunset Blvd", "West Sunset Boulevard"))
+TRIVIA = Example(id="t", fields={"question": "q"}, gold="Sunset Boulevard",
+                 aliases=("Sunset Blvd", "West Sunset Boulevard"))
 TRIVIA_CASES = [  # (output, strict, strict_ok, lenient_ok, f1)
     ("Sunset Boulevard", "Sunset Boulevard", True, True, 1.0),
     ("   Sunset Boulevard", "Sunset Boulevard", True, True, 1.0),

@@ -29,7 +29,6 @@ from softeval.analysis.ranking_stats import (
 )
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
-from softeval.metrics import metric_name
 from softeval.protocol import METHODS
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
@@ -103,7 +102,7 @@ def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
     per_seed: list[dict[str, tuple[float, float]]] = []
     for run in sorted(runs, key=lambda r: r.seed):
         try:  # runs come from scan, which checked samples.jsonl against results.json
-            samples = read_samples(run.path)
+            samples = samples_of(run)
         except (OSError, ValueError) as exc:
             raise UserError(f"{run.rel}: {SAMPLES_FILE} cannot be read ({exc}), so items cannot be "
                             "resampled") from None
@@ -140,7 +139,6 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
 def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "accuracy",
                  post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
-    metric = metric_name(metric)
     _check_inputs(runs, pairs, metric, post_method)
     if not is_whole(n_boot) or n_boot < MIN_BOOT:
         raise UserError(f"--n-boot must be at least {MIN_BOOT} (a 95% interval needs replicates to spread), "
@@ -240,7 +238,12 @@ def item_outcomes(run: Run, metric: str = "accuracy") -> dict[str, bool]:
     num_field, den_field = PER_ITEM[metric]
     if den_field is not None:
         raise UserError(f"{metric} is a ratio over a subset of items; paired tests need a per-item metric")
-    return {str(s["id"]): bool(s[num_field]) for s in read_samples(run.path) if s.get(num_field) is not None}
+    return {str(s["id"]): bool(s[num_field]) for s in samples_of(run) if s.get(num_field) is not None}
+
+
+def samples_of(run: Run) -> list[dict[str, Any]]:
+    """A run's samples: those its scan kept (``load_runs(keep_samples=True)``), else read from its folder."""
+    return run.samples if run.samples is not None else read_samples(run.path)
 
 
 def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
@@ -256,7 +259,6 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy",
     """McNemar's exact test and the paired difference of each pair of methods (default: soft-prompt
     against zero-shot and against few-shot), per task and model, on the items both runs scored (one
     seed each: the lowest; a test whose runs lack samples.jsonl is left out)."""
-    metric = metric_name(metric)
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     first = first_runs(runs)
@@ -358,9 +360,10 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def load_runs(out_root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """Finished runs read from the folders (the source of truth), plus what was skipped and why."""
+def load_runs(out_root: Path, keep_samples: bool = False) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Finished runs read from the folders (the source of truth), plus what was skipped and why;
+    ``keep_samples``: each run holds the samples its check read (``samples_of`` then reads none)."""
     if not Path(out_root).is_dir():
         raise UserError(f"runs folder {shown(str(out_root))} does not exist")
-    report = scan(Path(out_root))
+    report = scan(Path(out_root), keep_samples)
     return report.runs, report.skipped

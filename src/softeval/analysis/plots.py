@@ -2,17 +2,16 @@
 
 pyplot is avoided on purpose: it keeps global figure state and picks a GUI backend, neither of which a
 library called from a CLI (or from another program's process) should touch. Each figure is turned
-into an `<img src="data:image/svg+xml;base64,...">`, which keeps the HTML self-contained and keeps
-matplotlib's internal SVG ids from clashing between figures on one page.
+into a ``Chart``, which the templates show as an `<img src="data:image/svg+xml;base64,...">`: that keeps
+the HTML self-contained and keeps matplotlib's internal SVG ids from clashing between figures on one page.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -27,13 +26,21 @@ PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accur
 MARKERS = "osD^vP*Xh"
 
 
-def img(fig: Figure, alt: str) -> str:
-    """The figure as an <img> holding an SVG data URI (alt text escaped)."""
+class Chart(NamedTuple):
+    """A figure as the report shows it (templates/tables.html.j2, ``chart``): its alt text and its SVG as a
+    data URI."""
+
+    alt: str
+    src: str
+
+
+def img(fig: Figure, alt: str) -> Chart:
+    """The figure as an SVG data URI, with its alt text (the template escapes it)."""
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "softeval", "svg.fonttype": "path"}):
         fig.savefig(buf, format="svg", bbox_inches="tight")
     data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img class="chart" alt="{html.escape(alt)}" src="data:image/svg+xml;base64,{data}">'
+    return Chart(alt, f"data:image/svg+xml;base64,{data}")
 
 
 def _value(run: Run, metric: str) -> float | None:
@@ -202,7 +209,8 @@ def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: st
     ax.set_title(f"{task}: cloze reference against each method's strict accuracy", fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, frameon=False, ncol=len(KNOWLEDGE_BARS), loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    ax.legend(fontsize=7, frameon=False, ncol=len(KNOWLEDGE_BARS), loc="upper center",
+              bbox_to_anchor=(0.5, -0.28))
     fig.tight_layout()
     return fig
 

@@ -5,17 +5,17 @@ with whatever format a checkpoint happens to prefer, while the soft-prompted cur
 
 from __future__ import annotations
 
-from html import escape
+from typing import Any
 
 from matplotlib.figure import Figure
 
 from softeval.analysis.plots import METHOD_COLORS, img
-from softeval.analysis.report_tables import metric_cell, table
 from softeval.protocol import METHODS
 from softeval.store.format import Run
 
 # (metric, label, line style): the strict score, and the format-free references where a run has them.
-SCORES = (("accuracy", "accuracy", "-"), ("lenient_accuracy", "lenient", ":"), ("cloze_accuracy", "cloze", "--"))
+SCORES = (("accuracy", "accuracy", "-"), ("lenient_accuracy", "lenient", ":"),
+          ("cloze_accuracy", "cloze", "--"))
 
 
 def series_runs(runs: list[Run]) -> dict[tuple[str, str], dict[tuple[str, int], Run]]:
@@ -28,13 +28,15 @@ def series_runs(runs: list[Run]) -> dict[tuple[str, str], dict[tuple[str, int], 
 
 
 def _band(ax, runs: list[tuple[int, Run]], metric: str, color: str, style: str, label: str) -> None:
-    pts = [(step, run.metric(metric)) for step, run in runs if (run.metric(metric) or {}).get("value") is not None]
+    pts = [(step, run.metric(metric)) for step, run in runs
+           if (run.metric(metric) or {}).get("value") is not None]
     if not pts:
         return
     steps = [s for s, _ in pts]
     ax.plot(steps, [m["value"] for _, m in pts], style, color=color, marker="o", ms=3.5, lw=1.5, label=label)
     if style == "-" and all(m.get("ci_low") is not None for _, m in pts):
-        ax.fill_between(steps, [m["ci_low"] for _, m in pts], [m["ci_high"] for _, m in pts], color=color, alpha=0.15)
+        ax.fill_between(steps, [m["ci_low"] for _, m in pts], [m["ci_high"] for _, m in pts], color=color,
+                        alpha=0.15)
 
 
 def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
@@ -62,35 +64,32 @@ def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
     return fig
 
 
-def _tuning(run: Run | None) -> str:
+def _tuning(run: Run | None) -> str | None:
+    """The soft-prompt tuning of a checkpoint's run, in words: steps, seconds, where it started."""
     tuning = (run.results.get("tuning") or {}) if run else {}
     if not tuning.get("steps_run"):
-        return '<td class="num">–</td>'
+        return None
     warm = tuning.get("init_from") or {}
     start = f"from step {warm['step']}" if warm.get("step") is not None else ("saved" if warm else "fresh")
-    return f'<td class="num">{tuning["steps_run"]} steps, {tuning.get("seconds", 0):.0f}s ({escape(start)})</td>'
+    return f"{tuning['steps_run']} steps, {tuning.get('seconds', 0):.0f}s ({start})"
 
 
-def series_section(runs: list[Run]) -> str:
-    grouped = series_runs(runs)
-    if not grouped:
-        return ""
-    parts = ["<h2>Training runs (series)</h2>",
-             '<p class="muted">Each checkpoint of a series scored as a model; accuracy with its 95% interval '
-             "(band), lenient and cloze (format-free references) dashed, format_rate on the right. Zero- and "
-             "few-shot curves follow whatever format a checkpoint prefers; the soft-prompted curve follows "
-             "what it knows.</p>"]
-    for (series, task), cells in sorted(grouped.items()):
+def series_section(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per series and task, what templates/series.html.j2 shows: its figure, and a table of each method's
+    accuracy and format_rate and the soft prompt's tuning per step."""
+    blocks = []
+    for (series, task), cells in sorted(series_runs(runs).items()):
         methods = [m for m in METHODS if any(k[0] == m for k in cells)]
-        steps = sorted({step for _, step in cells})
-        parts.append(f"<h3>{escape(series)} · {escape(task)}</h3>")
-        parts.append(img(series_figure(cells, f"{series} · {task}"), f"{series} {task} score and format by step"))
-        columns = ["step", *(f"{m} {what}" for m in methods for what in ("accuracy", "format")), "soft-prompt tuning"]
         rows = []
-        for step in steps:
+        for step in sorted({step for _, step in cells}):
             at_step = [cells.get((m, step)) for m in methods]
-            cells_html = "".join(metric_cell(run.metric(metric) if run else None)
-                                 for run in at_step for metric in ("accuracy", "format_rate"))
-            rows.append(f'<tr><td class="num">{step}</td>{cells_html}{_tuning(cells.get(("soft-prompt", step)))}</tr>')
-        parts.append(table(columns, rows))
-    return "".join(parts)
+            rows.append({"step": step, "tuning": _tuning(cells.get(("soft-prompt", step))),
+                         "metrics": [run.metric(metric) if run else None
+                                     for run in at_step for metric in ("accuracy", "format_rate")]})
+        blocks.append({
+            "series": series, "task": task, "rows": rows,
+            "chart": img(series_figure(cells, f"{series} · {task}"),
+                         f"{series} {task} score and format by step"),
+            "columns": ["step", *(f"{m} {what}" for m in methods for what in ("accuracy", "format")),
+                        "soft-prompt tuning"]})
+    return blocks

@@ -1,42 +1,38 @@
-"""The report's tables, one shape for all. Each sits in a box of its own, at most 80% of the window high,
-that scrolls when the table is wider or taller than it: the page itself never scrolls sideways, the box's
-scroll bar is on screen, and the column headers stay in sight (sticky). Column headers wrap at the
-underscores of metric names, each of which would otherwise be one long word that sets its column's width.
+"""The report's templates (package data under ``softeval/analysis/templates``) and what they are rendered
+with: one jinja2 environment, autoescaping on, so every piece of text that came from a run is escaped
+wherever a template puts it. The one shape of the report's tables and metric cells is the ``table`` and
+``metric`` macros of ``templates/tables.html.j2``; this module gives them their filters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from html import escape
+from functools import cache
 from typing import Any
 
-TABLE_CSS = """
-.wide{overflow:auto;max-height:80vh;margin:6px 0 12px}
-table{border-collapse:collapse;background:#fff;font-size:12.5px}
-th,td{border:1px solid #dde2e8;padding:3px 5px;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-size:12px;position:sticky;top:0;z-index:1}tr:nth-child(even) td{background:#fafbfc}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-@media print{.wide{overflow:visible;max-height:none}}
-"""
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
 
 
-def _header(name: str) -> str:
+def wbr(name: Any) -> Markup:
     """A column name, escaped, with a line break allowed after each underscore."""
-    return escape(name).replace("_", "_<wbr>")
+    return Markup(str(escape(str(name))).replace("_", "_<wbr>"))
 
 
-def table(columns: Iterable[str], rows: Iterable[str]) -> str:
-    """A table of the given column names (plain text) and rows (each a finished <tr>...</tr>)."""
-    head = "".join(f"<th>{_header(c)}</th>" for c in columns)
-    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+def p_value(p: float | None) -> str:
+    """McNemar's p as the knowledge tables show it: 2 significant digits below 0.01, else 3 decimals."""
+    if p is None:
+        return "–"
+    return f"{p:.2g}" if p < 0.01 else f"{p:.3f}"
 
 
-def metric_cell(metric: dict[str, Any] | None) -> str:
-    """A metric's cell: its value to 3 digits and, below it, its 95% interval to 2 (a column of intervals to
-    3 digits is what made a table of every metric wider than a 1280-px window)."""
-    if not metric or metric.get("value") is None:
-        return '<td class="num">–</td>'
-    ci = ""
-    if metric.get("ci_low") is not None and metric.get("ci_high") is not None:
-        ci = f'<br><span class="ci">[{metric["ci_low"]:.2f}, {metric["ci_high"]:.2f}]</span>'
-    return f'<td class="num">{metric["value"]:.3f}{ci}</td>'
+@cache
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader("softeval.analysis", "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(wbr=wbr, p_value=p_value)
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """``templates/<template>`` rendered with ``context``."""
+    return environment().get_template(template).render(**context)

@@ -28,7 +28,7 @@ from softeval.analysis.compare import (
 )
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
-from softeval.metrics import LEGACY_METRICS, kind_label
+from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
 
@@ -66,7 +66,7 @@ def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
         metavar="BASE=POST",
         help="a base model and its post-trained version (repeat; at least 3 pairs)",
     )
-    p.add_argument("--metric", default="accuracy", choices=[*PER_ITEM, *LEGACY_METRICS],
+    p.add_argument("--metric", default="accuracy", choices=list(PER_ITEM),
                    help="score to rank by (and to test methods on)")
     p.add_argument(
         "--post-method",

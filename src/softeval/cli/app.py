@@ -105,20 +105,23 @@ def cmd_eval(args) -> int:
 
 
 SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": "knowledge",
-         "lenient_accuracy": "lenient", "letter_loglik_accuracy": "letter ll", "cloze_accuracy": "cloze",
-         "cloze_accuracy_norm": "cloze norm", "permutation_consistency": "perm. cons.", "circular_accuracy": "circular"}
+         "lenient_accuracy": "lenient", "f1": "f1", "letter_loglik_accuracy": "letter ll",
+         "cloze_accuracy": "cloze", "cloze_accuracy_norm": "cloze norm",
+         "permutation_consistency": "perm. cons.", "circular_accuracy": "circular"}
 
 
 def print_table(results: list[dict]) -> None:
-    """One row per method: each metric as value and its 95% interval."""
+    """One row per method: each metric the runs have (f1 where the task scores token F1: SQuAD, TriviaQA)
+    as value and its 95% interval."""
     console = table_console()
     if not results:
         return
     first = results[0]
-    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
-                        "value [95% Wilson interval]")
-    table.add_column("method", no_wrap=True, min_width=11)
     present = [m for m in METRICS if any(m in r["metrics"] for r in results)]
+    interval = "95% Wilson interval" + ("; f1: normal" if "f1" in present else "")
+    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
+                        f"value [{interval}]")
+    table.add_column("method", no_wrap=True, min_width=11)
     for metric in present:
         table.add_column(SHORT[metric], justify="right", min_width=9)
     answers = any(r.get("answers") for r in results)
@@ -156,8 +159,9 @@ def print_verdicts(config: RunConfig, results: list[dict]) -> None:
 
 
 def cmd_tasks(args) -> int:
-    """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (Belebele is
-    in no package; an asset package missing) is still listed, with null sizes and a note saying why."""
+    """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (one in no
+    package; an asset package missing) is still listed, with null sizes and a note saying why (and the
+    task's ``source_example``, where it has one)."""
     rows = []
     for task in TASKS.values():
         row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
@@ -167,7 +171,7 @@ def cmd_tasks(args) -> int:
         source_kind = args.source if args.source in ("offline", "hub") else "file"
         if source_kind not in task.sources:
             row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
-                           + (" (e.g. hub:fra_Latn)" if task.name == "belebele" else ""))
+                           + (f" (e.g. {task.source_example})" if task.source_example else ""))
         else:
             try:
                 splits = task.splits(args.source)

@@ -10,14 +10,14 @@ from pathlib import Path
 from softeval.cli.options import add_option
 from softeval.consoles import table_console
 from softeval.errors import UserError
-from softeval.run.config import OPTIONS
+from softeval.run.config import OPTIONS, SWEEP_OPTIONS
 from softeval.sweep.driver import plan, run_sweep
 from softeval.sweep.file import parse_sweep
 from softeval.sweep.view import print_plan
 
-# `softeval run` options track passes on to every run (the sweep file's names).
-PASSED = ("limit", "steps", "shots", "tokens", "lr", "init", "source", "batch_size", "eval_batch_size",
-          "curve_every", "curve_items", "device", "dtype", "backend", "vllm")
+# The `softeval run` options track passes on to every run: those a sweep file may set (the option table's
+# sweep keys, by their sweep-file names), since track is the sweep of one series entry.
+PASSED = SWEEP_OPTIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -44,7 +44,8 @@ def checkpoint_fingerprint(folder: str | Path) -> str | None:
     else its first and last MiB. Reading whole weights would take minutes for a 70B checkpoint each
     time a sweep checks what is finished; the sampled bytes still tell two training runs apart, since
     a weight file's first MiB (the safetensors header, then the first tensor's values) and last MiB
-    are trained values, which differ between two training runs (another seed, data or number of steps). What the sample skips
+    are trained values, which differ between two training runs (another seed, data or number of steps).
+    What the sample skips
     (an edit in the middle of a shard that keeps its size) is not seen: a checkpoint is not edited in
     place. Trainer leftovers (optimizer and scheduler states, RNG states, trainer_state.json,
     training_args.bin) are left out: nothing scored depends on them, and deleting the optimizer state

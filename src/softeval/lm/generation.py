@@ -4,7 +4,7 @@ Takes token-id sequences (already templated) and an optional soft prompt, laid o
 point of ``softeval.lm`` lays them (``softprompt.layout_inputs``), so zero-shot, few-shot and soft
 prompt share one path; batches are grouped by length (fewer pads) and results come back in the
 caller's order. Speed paths (each checked against the plain path in
-tests/test_engine_speed_paths.py), besides the shared prefix and the growing cache of
+tests/lm/test_engine_speed_paths.py), besides the shared prefix and the growing cache of
 ``softeval.lm.kv_cache``:
 
 - finished rows are dropped from the batch and the KV cache, and stop strings are checked on the
@@ -17,12 +17,12 @@ tests/test_engine_speed_paths.py), besides the shared prefix and the growing cac
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 
 from softeval.lm.batching import Progress, length_batches
+from softeval.lm.engine import Generation
 from softeval.lm.kv_cache import (
     SharedPrefix,
     batch_inputs,
@@ -33,31 +33,15 @@ from softeval.lm.kv_cache import (
 )
 from softeval.lm.loglik import grouped_usable, option_logprobs
 from softeval.lm.memory import resolve_batch_size
-from softeval.lm.models import end_of_turn_id
+from softeval.lm.models import LoadedModel, end_of_turn_id
 from softeval.lm.skinny import skinny_linears
 from softeval.lm.softprompt import layout_inputs
 
 
-@dataclass(frozen=True)
-class Generation:
-    """What ``generate`` gives, per sequence in the caller's order: ``texts`` (each output, cut at the
-    first stop string or end marker), ``hit_limit`` (whether it ran out of ``max_new_tokens`` before
-    a stop string or EOS ended it: the output may be cut off), ``target_nll`` (with ``targets``:
-    the summed negative log-likelihood of its target; else None) and ``first_logprobs`` (with
-    ``first_ids``, on either engine: the log-probability of each of those tokens as the first new one;
-    else None)."""
-
-    texts: list[str]
-    hit_limit: list[bool]
-    target_nll: list[float] | None = None
-    first_logprobs: list[list[float]] | None = None
-
-
 @torch.no_grad()
-def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None, max_new_tokens: int = 32,
-             stop: Sequence[str] = (), batch_size: int | str = 8, progress: Progress = None,
-             prefix_cache: bool | None = None, max_batch_size: int | None = None,
-             on_first_logprobs: Callable[[list[int], torch.Tensor], None] | None = None,
+def generate(lm: LoadedModel, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
+             max_new_tokens: int = 32, stop: Sequence[str] = (), batch_size: int | str = 8,
+             progress: Progress = None, prefix_cache: bool | None = None, max_batch_size: int | None = None,
              first_ids: Sequence[list[int]] | None = None,
              targets: Sequence[list[int]] | None = None, max_padding: float | None = None) -> Generation:
     """Greedy continuation of each sequence, cut at the first stop string or EOS (``Generation``).
@@ -67,11 +51,9 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     log-probabilities) instead of a second pass over the prompt (a tuning curve point's held-out
     loss: ``target_loss_value`` = the sum over items / their target tokens).
 
-    ``on_first_logprobs(indices, logprobs)``: called per batch with the items' indices and the
-    log-probabilities [batch, vocab] of the first generated token, so single-token option scores
-    (MMLU letters) come from the same forward pass as the generation instead of a second one.
-    ``first_ids``: per sequence, the tokens whose first-token log-probabilities ``Generation.first_logprobs``
-    keeps (the letters of a multiple-choice item; ``VllmEngine.generate`` takes the same).
+    ``first_ids``: per sequence, the tokens whose log-probabilities as the first generated token
+    ``Generation.first_logprobs`` keeps (the letters of a multiple-choice item), read off the
+    generation's own first forward pass instead of a second one (``VllmEngine.generate`` takes the same).
 
     ``prefix_cache``: None (default) caches the shared prefix when it is at least ``kv_cache.MIN_PREFIX``
     long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
@@ -84,11 +66,8 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
         return Generation(outputs, limited, target_nll, firsts)
 
     def on_first(batch: list[int], logp: torch.Tensor) -> None:
-        if on_first_logprobs is not None:
-            on_first_logprobs(batch, logp)
-        if firsts is not None:
-            for slot, i in enumerate(batch):
-                firsts[i] = [float(logp[slot, t]) for t in first_ids[i]]
+        for slot, i in enumerate(batch):
+            firsts[i] = [float(logp[slot, t]) for t in first_ids[i]]
 
     n_soft = 0 if soft is None else soft.shape[0]
     if targets is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
@@ -101,8 +80,7 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                               new_tokens=max_new_tokens)
     with skinny_linears(lm.model):  # decoding steps multiply few rows: W @ x^T on CPU (softeval.lm.skinny)
         for batch in length_batches([len(s) for s in seqs], size, max_padding):
-            wants_first = on_first_logprobs is not None or firsts is not None
-            first = (lambda logp, b=batch: on_first(b, logp)) if wants_first else None
+            first = (lambda logp, b=batch: on_first(b, logp)) if firsts is not None else None
             part = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first,
                                    [targets[i] for i in batch] if targets is not None else None)
             for i, text, cut in zip(batch, part.texts, part.hit_limit):
@@ -115,13 +93,13 @@ def generate(lm, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
     return Generation(outputs, limited, target_nll, firsts)
 
 
-def _stop_window(lm, stop: Sequence[str]) -> int:
+def _stop_window(lm: LoadedModel, stop: Sequence[str]) -> int:
     """How many trailing tokens to decode to see any stop string appear (each token decodes to at
     least one character, plus a margin for tokenizers that strip a leading space on decode)."""
     return max((len(s) for s in stop), default=0) + 4
 
 
-def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
+def _generate_batch(lm: LoadedModel, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
                     on_first=None, targets=None) -> Generation:
     """The ``Generation`` of one batch (with ``targets``, each row's target negative log-likelihood
     from ``_targets_nll``)."""
@@ -173,7 +151,7 @@ def _generate_batch(lm, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix |
                       [row not in ended and max_new_tokens > 0 for row in range(len(seqs))], nll)
 
 
-def _targets_nll(lm, logits: torch.Tensor, cache, mask: torch.Tensor, targets) -> list[float]:
+def _targets_nll(lm: LoadedModel, logits: torch.Tensor, cache, mask: torch.Tensor, targets) -> list[float]:
     """Summed negative log-likelihood of each row's target after its prompt, from a prefill's last
     logits (they predict the first target token) and a copy of its cache (the rest of each target
     runs as ``[pads][target[:-1]]`` after it, as ``grouped_option_logprobs`` runs options)."""
@@ -195,7 +173,7 @@ def _targets_nll(lm, logits: torch.Tensor, cache, mask: torch.Tensor, targets) -
     return nll
 
 
-def end_markers(lm) -> tuple[str, ...]:
+def end_markers(lm: LoadedModel) -> tuple[str, ...]:
     """Texts of the end tokens (EOS ids, the chat template's end of turn): outputs are decoded with
     special tokens kept, and a model may also spell a marker out in ordinary tokens; either way the
     answer ends there instead of failing the strict format with ``B<|im_end|>``."""

@@ -16,7 +16,7 @@ full-attention model grows in place, and the shared prefix computed once per cal
   the plain layout, whatever the width; where a per-model probe shows the model does not take them
   (``position_masks_usable``), the prefix is not shared.
 
-Each is checked against the plain path in tests/test_engine_speed_paths.py.
+Each is checked against the plain path in tests/lm/test_engine_speed_paths.py.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from softeval.lm.batching import common_prefix_len
+from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import layout_inputs
 
 MIN_PREFIX = 8  # shared prefix (soft prompt + tokens) shorter than this is not worth a cache
@@ -52,7 +53,7 @@ def output_cache(out):
     return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
-def forward_last(lm, inputs: dict, keep: int, *, cache=None, use_cache: bool = False):
+def forward_last(lm: LoadedModel, inputs: dict, keep: int, *, cache=None, use_cache: bool = False):
     """Forward pass that computes the vocabulary head only on the last ``keep`` positions,
     continuing ``cache`` (or ``inputs["cache"]``) if given; ``output_cache(out)`` is the cache after it.
     A sliding-window model continuing a ``growing_cache`` gets its masks from token positions
@@ -146,7 +147,7 @@ def position_masks(model, mask: torch.Tensor, positions: torch.Tensor):
 _POSITION_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def position_masks_usable(lm) -> bool:
+def position_masks_usable(lm: LoadedModel) -> bool:
     """Does this sliding-window model take ``position_masks`` and give, on a short probe with pads
     between a shared prefix and the suffixes, the logits of the plain layout? Checked once per model."""
     if lm.model not in _POSITION_MASKS:
@@ -154,9 +155,10 @@ def position_masks_usable(lm) -> bool:
     return _POSITION_MASKS[lm.model]
 
 
-def _position_probe(lm) -> bool:
+def _position_probe(lm: LoadedModel) -> bool:
     cfg = getattr(lm.model.config, "text_config", lm.model.config)
-    if not getattr(cfg, "sliding_window", None) or not set(getattr(cfg, "layer_types", None) or ()) <= set(MASKED_TYPES):
+    if not getattr(cfg, "sliding_window", None) \
+            or not set(getattr(cfg, "layer_types", None) or ()) <= set(MASKED_TYPES):
         return False
     vocab = lm.model.get_input_embeddings().weight.shape[0]
     head = [t % vocab for t in range(3, 9)]
@@ -216,7 +218,8 @@ def _cache_is_plain(model, cache) -> bool:
 class SharedPrefix:
     """KV cache of ``[soft prompt][prefix tokens]``, computed once, batch 1."""
 
-    def __init__(self, lm, ids: Sequence[int], soft: torch.Tensor | None, *, probed: bool = False):
+    def __init__(self, lm: LoadedModel, ids: Sequence[int], soft: torch.Tensor | None, *,
+                 probed: bool = False):
         self.ids = list(ids)
         self.n_soft = 0 if soft is None else soft.shape[0]
         self.length = self.n_soft + len(self.ids)
@@ -243,7 +246,7 @@ class SharedPrefix:
         return growing_cache(legacy) if GROWING_CACHE or not self.full else DynamicCache(legacy)
 
 
-def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
+def plan_prefix(lm: LoadedModel, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, use: bool | None,
                 reserve: Sequence[int] | None = None) -> SharedPrefix | None:
     """The shared prefix to cache for ``seqs``, or None when it would not pay (or cannot be used).
 
@@ -260,7 +263,7 @@ def plan_prefix(lm, seqs: Sequence[Sequence[int]], soft: torch.Tensor | None, us
     return prefix if prefix.usable else None
 
 
-def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -> dict:
+def suffix_inputs(lm: LoadedModel, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -> dict:
     """Inputs for the per-item parts after a cached prefix: ``[prefix][pads][suffix]``.
 
     The attention mask covers prefix and suffix columns (pads 0); position ids count attended
@@ -269,7 +272,7 @@ def suffix_inputs(lm, prefix: SharedPrefix, suffixes: Sequence[Sequence[int]]) -
     return {**layout_inputs(lm, suffixes, past_mask=past), "cache": prefix.expanded(len(suffixes))}
 
 
-def batch_inputs(lm, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
+def batch_inputs(lm: LoadedModel, seqs: Sequence[list[int]], soft, prefix: SharedPrefix | None) -> dict:
     if prefix is None:
         return layout_inputs(lm, list(seqs), soft)
     n = len(prefix.ids)

@@ -27,11 +27,12 @@ from softeval.lm.kv_cache import (
     plan_prefix,
 )
 from softeval.lm.memory import resolve_batch_size
+from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import layout_inputs
 
 
 @torch.no_grad()
-def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
+def option_logprobs(lm: LoadedModel, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
                     soft: torch.Tensor | None = None, batch_size: int | str = 8, progress: Progress = None,
                     prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[list[float]]:
     """Summed log-probability of each option continuation after its context.
@@ -78,7 +79,8 @@ def option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequenc
     return scores
 
 
-def grouped_usable(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], n_soft: int) -> bool:
+def grouped_usable(lm: LoadedModel, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]],
+                   n_soft: int) -> bool:
     """Can the context of each item be run once and its cache shared by its options? Every context
     needs a token before its last one (or a soft prompt), and a model with sliding-window layers
     only when every sequence fits its window (the pads between context and option would otherwise
@@ -94,9 +96,11 @@ def grouped_usable(lm, contexts: Sequence[list[int]], options: Sequence[Sequence
 
 
 @torch.no_grad()
-def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]], *,
-                            soft: torch.Tensor | None = None, batch_size: int | str = 8, progress: Progress = None,
-                            prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[list[float]]:
+def grouped_option_logprobs(lm: LoadedModel, contexts: Sequence[list[int]],
+                            options: Sequence[Sequence[list[int]]], *, soft: torch.Tensor | None = None,
+                            batch_size: int | str = 8, progress: Progress = None,
+                            prefix_cache: bool | None = None,
+                            max_batch_size: int | None = None) -> list[list[float]]:
     """``option_logprobs`` with each item's context run once for all its options.
 
     A batch of items runs its contexts (all but the last token; after the prefix every item shares,
@@ -157,7 +161,8 @@ def grouped_option_logprobs(lm, contexts: Sequence[list[int]], options: Sequence
     return scores
 
 
-def _block_option_logprobs(lm, cache, past_mask: torch.Tensor, suffixes: Sequence[Sequence[list[int]]]) -> list[list[float]]:
+def _block_option_logprobs(lm: LoadedModel, cache, past_mask: torch.Tensor,
+                           suffixes: Sequence[Sequence[list[int]]]) -> list[list[float]]:
     """Log-probabilities of each item's options, all options of an item in one row after its cached
     context (``cache``, ``past_mask`` [B, P]: one row per item).
 
@@ -197,7 +202,8 @@ def _block_option_logprobs(lm, cache, past_mask: torch.Tensor, suffixes: Sequenc
         return out
     index = torch.tensor([(b, p) for b, p, _ in where], device=logits.device)
     logp = torch.log_softmax(logits[index[:, 0], index[:, 1]].float(), dim=-1)
-    picked = logp.gather(-1, torch.tensor([tok for _, _, tok in where], device=logp.device)[:, None]).squeeze(-1).tolist()
+    picked = logp.gather(-1, torch.tensor([tok for _, _, tok in where],
+                                          device=logp.device)[:, None]).squeeze(-1).tolist()
     k = 0
     for b, segs in enumerate(suffixes):
         for j, seg in enumerate(segs):
@@ -210,7 +216,7 @@ _BLOCK_OPTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 BLOCK_OPTIONS = True  # False: always one row per option (benchmarks compare the two)
 
 
-def block_options_usable(lm) -> bool:
+def block_options_usable(lm: LoadedModel) -> bool:
     """Does the model score options laid side by side under a custom 4D attention mask exactly as
     it scores them one row each? Checked once per model on a small probe (an attention
     implementation that ignores or rejects custom masks fails it and keeps one row per option).
@@ -224,7 +230,7 @@ def block_options_usable(lm) -> bool:
     return _BLOCK_OPTIONS[model]
 
 
-def _block_probe(lm) -> bool:
+def _block_probe(lm: LoadedModel) -> bool:
     vocab = lm.model.get_input_embeddings().weight.shape[0]
     tok = [t % vocab for t in range(3, 40)]
     contexts = [tok[:7], tok[5:9]]
@@ -245,7 +251,7 @@ def _block_probe(lm) -> bool:
     return bool(torch.isfinite(a).all()) and torch.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(b.abs().max())))
 
 
-def continuation_logprobs(lm, seqs: Sequence[list[int]], conts: Sequence[list[int]],
+def continuation_logprobs(lm: LoadedModel, seqs: Sequence[list[int]], conts: Sequence[list[int]],
                           soft: torch.Tensor | None, prefix: SharedPrefix | None = None) -> list[torch.Tensor]:
     """Per-token log-probabilities of each sequence's last ``len(cont)`` tokens (the continuation).
 

@@ -12,6 +12,8 @@ import os
 
 import torch
 
+from softeval.lm.models import LoadedModel
+
 try:
     import psutil
 except ImportError:  # pragma: no cover - psutil is a dependency of accelerate
@@ -48,7 +50,8 @@ def _malloc_trim():
         return None
 
 
-def bytes_per_row(lm, seq_len: int, *, keep: int = 1, new_tokens: int = 0, training: bool = False) -> int:
+def bytes_per_row(lm: LoadedModel, seq_len: int, *, keep: int = 1, new_tokens: int = 0,
+                  training: bool = False) -> int:
     """Rough upper estimate of the memory one batch row needs: KV cache, the widest activations
     (MLP and attention scores) and the vocabulary logits; tuning keeps every layer's activations."""
     cfg = getattr(lm.model.config, "text_config", lm.model.config)
@@ -69,7 +72,7 @@ def bytes_per_row(lm, seq_len: int, *, keep: int = 1, new_tokens: int = 0, train
     return int(kv + act + logits)
 
 
-def auto_batch_size(lm, seq_len: int, *, max_batch_size: int = DEFAULT_MAX_BATCH, keep: int = 1,
+def auto_batch_size(lm: LoadedModel, seq_len: int, *, max_batch_size: int = DEFAULT_MAX_BATCH, keep: int = 1,
                     new_tokens: int = 0, training: bool = False, fraction: float = 0.5) -> int:
     """Largest batch (1..max_batch_size) whose estimated memory fits ``fraction`` of the free memory
     of the model's device (CUDA: ``mem_get_info``; CPU: available RAM)."""
@@ -78,7 +81,7 @@ def auto_batch_size(lm, seq_len: int, *, max_batch_size: int = DEFAULT_MAX_BATCH
     return max(1, min(int(max_batch_size), fits))
 
 
-def resolve_batch_size(lm, batch_size, seq_len: int, max_batch_size: int | None, **kw) -> int:
+def resolve_batch_size(lm: LoadedModel, batch_size, seq_len: int, max_batch_size: int | None, **kw) -> int:
     bound = int(max_batch_size or DEFAULT_MAX_BATCH)
     if batch_size in (0, None, "auto"):
         return auto_batch_size(lm, seq_len, max_batch_size=bound, **kw)
@@ -90,7 +93,7 @@ def resolve_batch_size(lm, batch_size, seq_len: int, max_batch_size: int | None,
 CPU_TUNING_PASS_BYTES = 1 << 30
 
 
-def tuning_pass_tokens(lm, fraction: float = 0.4) -> int:
+def tuning_pass_tokens(lm: LoadedModel, fraction: float = 0.4) -> int:
     """Padded tokens per tuning forward pass that fit the memory budget (estimate of
     ``bytes_per_row`` with every layer's activations kept)."""
     per_token = max(1, bytes_per_row(lm, 512, keep=0, training=True) // 512)  # head: target positions only

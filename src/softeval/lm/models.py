@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -23,6 +24,9 @@ from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.packaged import package_dir, require_package_dir
 from softeval.protocol import BASE, KINDS, POST_TRAINED
+
+if TYPE_CHECKING:  # engine.py reads LoadedModel: only the type goes this way
+    from softeval.lm.engine import Engine
 
 MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
 
@@ -89,7 +93,10 @@ class LoadedModel:
     pad_id: int
     eos_ids: tuple[int, ...]
     source: str = ""  # what the weights were read from: a preset's dequantised folder, a folder or a hub id
-    engine: object = None  # a vLLM engine generating for this model (--backend vllm: lm.vllm_engine)
+    # the engine kept for this model between jobs (a backend that keeps one: vLLM) and the (backend, engine
+    # arguments) it was started with: lm.backends.start_engine
+    engine: Engine | None = None
+    engine_started: tuple[str, dict] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -322,7 +329,8 @@ def end_of_turn_id(tokenizer) -> int | None:
     if not ids:
         return None
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    special = ids[0] in set(getattr(tokenizer, "all_special_ids", []) or []) or getattr(added.get(ids[0]), "special", False)
+    special = ids[0] in set(getattr(tokenizer, "all_special_ids", []) or []) \
+        or getattr(added.get(ids[0]), "special", False)
     return int(ids[0]) if special else None
 
 

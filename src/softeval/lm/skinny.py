@@ -9,7 +9,7 @@ matmuls at 8 rows take 40 ms instead of 58, its vocabulary head 10 ms instead of
 rounding, ~1e-6 relative), as it already does between batch sizes.
 
 It pays only where MKL's few-row kernel is the slow one. On an Intel Xeon host (AVX512) the same
-A/B (benchmarks/bench_skinny.py, SmolLM2-135M-Instruct, identical outputs) measured it slower:
+A/B (benchmarks/bench_skinny.py at 89d2c4e, SmolLM2-135M-Instruct, identical outputs) measured it slower:
 GSM8K zero-shot 0.63x, 5-shot 0.83x, MMLU 1.09x. So by default it is on for AMD CPUs only (the
 measured win: 1.6-2.1x on GSM8K zero-shot) and off elsewhere, a fixed rule per host (a per-process
 timing could flip between runs and, with it, a greedy near-tie). ``ENABLED = True`` / ``False``

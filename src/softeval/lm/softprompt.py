@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,15 +19,75 @@ from safetensors.torch import load_file
 from safetensors.torch import save as tensor_bytes
 
 from softeval.errors import UserError, shown
-from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from softeval.lm.models import LoadedModel
+from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS, SOFT_PROMPT_FORMAT_VERSION
 
 SOFTEVAL_META = "softeval.json"
-INIT_FROM = "from:"  # --init from:PATH: start from a saved soft prompt (warm start)
+
+# The init grammar: how a soft prompt's first vectors are chosen. Read by ``parse_init`` only.
+INIT_TEXT = "text:"  # text:WORDS: the embeddings of those words' tokens
+INIT_FROM = "from:"  # from:PATH: a saved soft prompt (warm start)
+INIT_GRAMMAR = 'vocab, random, text:"some words" or from:PATH (a saved soft prompt)'
+# What an InitRefused is about: a value outside the grammar, a text without a token for the model,
+# a saved soft prompt with another number of vectors than asked for.
+NOT_AN_INIT, NO_TOKENS, OTHER_TOKENS = "not an init", "no tokens", "other tokens"
 
 
-def init_source(init: str) -> Path | None:
-    """The adapter folder of an ``--init from:PATH``, else None."""
-    return Path(init[len(INIT_FROM):].strip()) if isinstance(init, str) and init.startswith(INIT_FROM) else None
+@dataclass(frozen=True)
+class Init:
+    """A soft-prompt init, read by ``parse_init``."""
+
+    kind: str  # "vocab", "random", "text" or "from"
+    text: str = ""  # text: the words, without the spaces and double quotes around them
+    source: Path | None = None  # from: the folder of the saved soft prompt
+
+
+class InitRefused(UserError):
+    """An init the lm layer refuses, with what the run layer needs to word it as the user wrote the
+    options (run/validate.init_refusal): ``problem`` (NOT_AN_INIT, NO_TOKENS or OTHER_TOKENS), the init
+    ``value`` and, for OTHER_TOKENS, the saved soft prompt's vectors (``found``) and those ``asked`` for.
+    Its own message names no option: the lm layer does not know how they are spelled."""
+
+    def __init__(self, message: str, problem: str, value: object, found: int | None = None,
+                 asked: int | None = None):
+        super().__init__(message)
+        self.problem, self.value, self.found, self.asked = problem, value, found, asked
+
+
+def parse_init(value: object) -> Init:
+    """The one reader of the init grammar: ``vocab``, ``random``, ``text:WORDS`` (WORDS not empty once
+    the spaces and double quotes around them are removed) or ``from:PATH``; anything else is an
+    InitRefused (NOT_AN_INIT)."""
+    if value in ("vocab", "random"):
+        return Init(str(value))
+    if isinstance(value, str) and value.startswith(INIT_TEXT):
+        text = value[len(INIT_TEXT):].strip().strip('"')
+        if text:
+            return Init("text", text=text)
+    if isinstance(value, str) and value.startswith(INIT_FROM):
+        return Init("from", source=Path(value[len(INIT_FROM):].strip()))
+    raise InitRefused(f"unknown soft-prompt init {shown(value)}: use {INIT_GRAMMAR}", NOT_AN_INIT, value)
+
+
+def check_warm_start(value: str, found: int, asked: int) -> None:
+    """A warm start's saved soft prompt must have the ``asked`` number of vectors: InitRefused
+    (OTHER_TOKENS) when it has ``found``."""
+    if found != asked:
+        raise InitRefused(f"soft-prompt init {shown(value)}: that soft prompt has {found} virtual tokens, "
+                          f"{asked} are asked for", OTHER_TOKENS, value, found, asked)
+
+
+def init_from(folder: str | Path) -> str:
+    """The init that warm-starts from the saved soft prompt in ``folder``."""
+    return f"{INIT_FROM}{folder}"
+
+
+def init_source(init: object) -> Path | None:
+    """The adapter folder of a ``from:PATH`` init, else None (also for a value outside the grammar)."""
+    try:
+        return parse_init(init).source
+    except InitRefused:
+        return None
 
 
 def adapter_shape(folder: str | Path) -> tuple[int, ...]:
@@ -36,6 +97,7 @@ def adapter_shape(folder: str | Path) -> tuple[int, ...]:
     if not weights.is_file():
         raise UserError(f"no soft prompt at {folder}: expected {ADAPTER_WEIGHTS} (and {ADAPTER_CONFIG}), "
                         "the soft_prompt/ folder a soft-prompt run writes")
+    check_format(folder)
     try:
         with safe_open(str(weights), framework="pt") as handle:
             if "prompt_embeddings" not in handle.keys():
@@ -60,7 +122,7 @@ def init_identity(init: str) -> str:
     source = init_source(init)
     if source is None or not (source / ADAPTER_WEIGHTS).is_file():
         return init
-    return f"{INIT_FROM}sha256:{adapter_digest(source)}"
+    return init_from(f"sha256:{adapter_digest(source)}")
 
 
 def init_record(init: str) -> dict | None:
@@ -85,6 +147,21 @@ def read_meta(folder: Path) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def check_format(folder: str | Path) -> dict:
+    """A saved soft prompt's notes (``read_meta``); a UserError naming both versions when softeval saved
+    the folder in another format version, or in none (before it recorded one). Without readable notes
+    (an adapter softeval did not save, or damaged notes) the folder is PEFT's format alone, read so."""
+    meta = read_meta(folder)
+    found = meta.get("format_version")
+    if meta and found != SOFT_PROMPT_FORMAT_VERSION:
+        said = "no format_version, so was saved before softeval recorded one" if found is None \
+            else f"format_version {shown(found)}"
+        raise UserError(f"the soft prompt {folder} has {said} (in its {SOFTEVAL_META}); this softeval "
+                        f"reads format_version {SOFT_PROMPT_FORMAT_VERSION}: tune it again with this softeval "
+                        "(rerun the run that saved it with --force), or use the softeval that saved it")
+    return meta
+
+
 class SoftPrompt(torch.nn.Module):
     """``weight``: [num_virtual_tokens, hidden_size], kept in float32 and cast when injected."""
 
@@ -98,14 +175,17 @@ class SoftPrompt(torch.nn.Module):
         return self.weight.shape[0]
 
     @classmethod
-    def initialise(cls, lm, num_tokens: int = 10, how: str = "vocab", seed: int = 0) -> SoftPrompt:
+    def initialise(cls, lm: LoadedModel, num_tokens: int = 10, how: str = "vocab",
+                   seed: int = 0) -> SoftPrompt:
         """``vocab``: embeddings of randomly sampled (non-special) vocabulary tokens; ``random``:
         Gaussian with the embedding table's scale; ``text:...``: embeddings of that text's tokens,
         repeated or cut to ``num_tokens``; ``from:PATH``: a saved soft prompt (warm start), which must
-        have ``num_tokens`` vectors of the model's hidden size (checked: a one-line UserError)."""
+        have ``num_tokens`` vectors of the model's hidden size (checked: a one-line UserError). An init
+        outside the grammar, a text without a token, or a soft prompt of another size: InitRefused."""
+        init = parse_init(how)
         embed = lm.model.get_input_embeddings()
         generator = torch.Generator().manual_seed(seed)
-        if how == "vocab":
+        if init.kind == "vocab":
             special = set(getattr(lm.tokenizer, "all_special_ids", []) or [])
             vocab = min(embed.num_embeddings, len(lm.tokenizer))
             ids = []
@@ -114,27 +194,22 @@ class SoftPrompt(torch.nn.Module):
                 if cand not in special:
                     ids.append(cand)
             vectors = _embed_ids(embed, ids)
-        elif how == "random":
+        elif init.kind == "random":
             table = _embed_ids(embed, list(range(min(embed.num_embeddings, 4096))))
             vectors = torch.randn(num_tokens, table.shape[1], generator=generator) * table.std()
-        elif how.startswith("text:"):
-            text = how[len("text:"):].strip().strip('"')
-            ids = lm.tokenizer(text, add_special_tokens=False).input_ids
+        elif init.kind == "text":
+            ids = lm.tokenizer(init.text, add_special_tokens=False).input_ids
             if not ids:
-                raise UserError("--init text:... needs a non-empty text")
-            ids = (ids * num_tokens)[:num_tokens]
-            vectors = _embed_ids(embed, ids)
-        elif init_source(how) is not None:
-            loaded = cls.load(init_source(how), lm)
-            if loaded.num_tokens != num_tokens:
-                raise UserError(f"--init {how}: that soft prompt has {loaded.num_tokens} virtual tokens, the run "
-                                f"asks for --tokens {num_tokens}: pass --tokens {loaded.num_tokens}")
-            vectors = loaded.weight.detach()
+                raise InitRefused(f"soft-prompt init {shown(how)}: the text has no tokens for model "
+                                  f"{lm.name}", NO_TOKENS, how)
+            vectors = _embed_ids(embed, (ids * num_tokens)[:num_tokens])
         else:
-            raise UserError(f"unknown soft-prompt init {shown(how)}: use vocab, random, text:\"...\" or from:PATH")
+            loaded = cls.load(init.source, lm)
+            check_warm_start(how, loaded.num_tokens, num_tokens)
+            vectors = loaded.weight.detach()
         return cls(vectors, init=how)
 
-    def save(self, folder: Path, lm, extra: dict | None = None) -> None:
+    def save(self, folder: Path, lm: LoadedModel, extra: dict | None = None) -> None:
         """Write a PEFT prompt-tuning adapter (config + ``prompt_embeddings`` tensor)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -160,16 +235,19 @@ class SoftPrompt(torch.nn.Module):
         tmp.replace(folder / ADAPTER_WEIGHTS)
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
         # Our own metadata lives beside PEFT's config, which warns about keys it does not know.
-        meta = {"placement": "before-bos", "init": self.init, "model": lm.name, **(extra or {})}
+        meta = {"format_version": SOFT_PROMPT_FORMAT_VERSION, "placement": "before-bos", "init": self.init,
+                "model": lm.name, **(extra or {})}
         (folder / SOFTEVAL_META).write_text(json.dumps(meta, indent=2))
 
     @classmethod
-    def load(cls, folder: str | Path, lm) -> SoftPrompt:
-        """Read a PEFT prompt-tuning adapter and check that it fits ``lm``."""
+    def load(cls, folder: str | Path, lm: LoadedModel) -> SoftPrompt:
+        """Read a PEFT prompt-tuning adapter and check that it fits ``lm`` (and, when softeval saved it,
+        that it is of this format version: ``check_format``)."""
         folder = Path(folder)
         weights = folder / ADAPTER_WEIGHTS
         if not weights.is_file():
             raise UserError(f"no soft prompt at {folder}: expected {ADAPTER_WEIGHTS} (and {ADAPTER_CONFIG})")
+        meta = check_format(folder)
         try:
             tensors = load_file(str(weights))
         except Exception as err:
@@ -185,7 +263,7 @@ class SoftPrompt(torch.nn.Module):
             )
         if not torch.isfinite(prompt).all():
             raise UserError(f"soft prompt {weights} contains NaN or infinite values")
-        init = read_meta(folder).get("init")
+        init = meta.get("init")
         return cls(prompt, init=init if isinstance(init, str) else "vocab")
 
 
@@ -194,7 +272,7 @@ def _embed_ids(embed: torch.nn.Module, ids: list[int]) -> torch.Tensor:
         return embed(torch.tensor(ids, device=embed.weight.device)).float().cpu()
 
 
-def layout_inputs(lm, seqs, soft: torch.Tensor | None = None,
+def layout_inputs(lm: LoadedModel, seqs, soft: torch.Tensor | None = None,
                   past_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The one input layout: ``[pads][soft prompt][tokens]`` per row, attention mask 0 on the pads,
     position ids counted from the mask (so a padded row reads exactly as it would alone).

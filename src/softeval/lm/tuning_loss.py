@@ -18,10 +18,12 @@ import torch
 from softeval.lm.batching import tuning_passes
 from softeval.lm.loglik import continuation_logprobs
 from softeval.lm.memory import tuning_pass_tokens
+from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import layout_inputs
 
 
-def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor) -> torch.Tensor:
+def target_loss(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
+                soft: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
     flowing to the soft prompt. The vocabulary head runs only at the positions that predict a target
     token (``target_head``); a model whose head cannot be run apart from its body gets the head on
@@ -44,7 +46,7 @@ def target_loss(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], 
 _TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def target_head(lm) -> Callable[[torch.Tensor], torch.Tensor] | None:
+def target_head(lm: LoadedModel) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The model's vocabulary head as a function of final hidden states, or None where running it
     apart from the body does not give the model's own logits.
 
@@ -60,7 +62,7 @@ def target_head(lm) -> Callable[[torch.Tensor], torch.Tensor] | None:
     return _TARGET_HEADS[model]
 
 
-def _checked_head(lm):
+def _checked_head(lm: LoadedModel):
     model = lm.model
     try:
         decoder, out_embed = model.get_decoder(), model.get_output_embeddings()
@@ -86,8 +88,8 @@ def _checked_head(lm):
     return head if same else None
 
 
-def target_loss_backward(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor,
-                         max_pass_tokens: int | None = None) -> float:
+def target_loss_backward(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
+                         soft: torch.Tensor, max_pass_tokens: int | None = None) -> float:
     """``target_loss(...).backward()`` done in several forward/backward passes that each fit the
     memory budget: gradients accumulate into ``soft.grad`` and equal those of the whole batch at
     once (each pass is weighted by its share of the batch's target tokens). Returns the loss."""
@@ -99,14 +101,14 @@ def target_loss_backward(lm, prompts: Sequence[list[int]], targets: Sequence[lis
 
 
 @torch.no_grad()
-def target_loss_value(lm, prompts: Sequence[list[int]], targets: Sequence[list[int]], soft: torch.Tensor | None,
-                      max_pass_tokens: int | None = None) -> float:
+def target_loss_value(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
+                      soft: torch.Tensor | None, max_pass_tokens: int | None = None) -> float:
     """The mean target cross-entropy of ``target_loss`` without gradients, in passes that fit memory
     (the held-out loss of a tuning curve point)."""
     return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens))
 
 
-def _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
+def _weighted_passes(lm: LoadedModel, prompts, targets, soft, max_pass_tokens):
     """``target_loss`` of each pass of a batch, weighted by its share of the batch's target tokens
     (the parts sum to the loss of the whole batch)."""
     budget = max_pass_tokens or tuning_pass_tokens(lm)

@@ -3,8 +3,10 @@
 Each option is a field of ``RunConfig`` that carries, beside its default, its type, its allowed range
 or choices, its help text and where it may be given (``option``). That table is the source of
 argparse's flags, choices and defaults (cli/app.py), of the keys and types a sweep file may set
-(sweep/file.py), of the range checks (run/validate.py) and of ``TuneConfig``'s defaults (run/tune.py):
-a default or a range is written once, here. ``series`` and ``step`` are set by `softeval sweep` and
+(sweep/file.py) and the flags `softeval track` passes on (cli/track.py), of the range checks
+(run/validate.py) and of ``TuneConfig``'s defaults (run/tune.py): a default or a range is written once,
+here. ``backend``'s choices, default and help are the backend registry's (lm/backends.py). ``series`` and
+``step`` are set by `softeval sweep` and
 `softeval track` only, and ``methods`` has a flag of its own per command (``--method``), so they are
 fields without an entry in the table.
 """
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.softprompt import init_identity
-from softeval.protocol import BACKENDS, CHAT_TEMPLATES, KINDS, METHODS
+from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
@@ -38,7 +42,7 @@ class Option:
     default: Any
     help: str
     range: tuple[float, float] | None = None  # smallest and largest allowed value (numbers)
-    choices: tuple[str, ...] | None = None
+    choices: Collection[str] | None = None
     nullable: bool = False  # None is allowed (it means "not set")
     where: str = COMMON
     sweep: bool = True  # a sweep file may set it
@@ -97,8 +101,8 @@ class RunConfig:
     eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
     device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
     dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    backend: str = option(str, "hf", "generation engine: hf (the default: softeval's own) or vllm (vLLM; "
-                          "log-likelihoods and tuning stay on hf; docs/backends.md)", choices=BACKENDS)
+    # the registry's backends (lm/backends.py), one registered later included
+    backend: str = option(str, DEFAULT, backend_help(), choices=NAMES)
     vllm: dict | None = option(dict, None, "a vLLM engine argument for --backend vllm, e.g. "
                                "tensor_parallel_size=2 (given once per argument); a sweep file's `vllm:` mapping",
                                nullable=True, metavar="KEY=VALUE", flag_name="--vllm-arg")
@@ -142,6 +146,12 @@ class RunConfig:
             value = getattr(self, key)
             if row.type is str and isinstance(value, os.PathLike):
                 setattr(self, key, os.fspath(value))
+
+    @property
+    def engine_args(self) -> dict | None:
+        """The engine arguments of its backend (``vllm`` for vllm), None for a backend that takes none."""
+        option = BACKENDS[self.backend].args
+        return getattr(self, option) if option else None
 
     def options(self, method: str) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of

@@ -14,40 +14,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
+from softeval.consoles import progress_bar
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
-from softeval.lm import generation, loglik, memory
-from softeval.lm.models import load_model
+from softeval.lm import loglik, memory
+from softeval.lm.backends import close_engine, end_engine, start_engine
+from softeval.lm.engine import Engine
+from softeval.lm.models import LoadedModel, load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
-from softeval.lm.vllm_engine import VllmEngine
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import BASE
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
-from softeval.run.prompting import Prompter, pick_shots, use_chat_template
+from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
     add_cloze,
     add_letter_loglik,
     add_permutations,
-    permutations_for,
-    permuted,
+    cloze_scores,
+    permutation_picks,
     score_output,
 )
 from softeval.run.tune import TuneConfig, tune
 from softeval.run.validate import check_config
-from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER
+from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
 from softeval.store.locking import describe
-from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, now, versions
+from softeval.store.record import Results
+from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, jsonl_text, now, versions
 from softeval.tasks import get_task
-from softeval.tasks.base import LETTERS
 from softeval.tasks.data import seeded_subset
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
@@ -64,7 +57,8 @@ class Job:
     items: list = field(default_factory=list)
     train: list = field(default_factory=list)
     curve_items: list = field(default_factory=list)
-    _lm: object = None
+    _lm: LoadedModel | None = None
+    _engine: Engine | None = None
     _prompter: Prompter | None = None
     _kind_said: bool = False
     spelling: Spelling = COMMAND_LINE  # how the user wrote the options: flags, or a sweep file's keys
@@ -92,12 +86,11 @@ class Job:
         self.curve_items, self.train = pool[:n_curve], pool[n_curve:]
         if not self.train:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
-        if "few-shot" in cfg.methods and cfg.shots > len(self.train):
-            raise UserError(f"{name.setting('shots', cfg.shots)} is more than the {len(self.train)} tuning items "
-                            f"of {cfg.task}")
+        if "few-shot" in cfg.methods:
+            check_shots(cfg.shots, len(self.train), cfg.task, name)
 
     @property
-    def lm(self):
+    def lm(self) -> LoadedModel:
         if self._lm is None:
             cfg = self.config
             with self.console.status(f"loading {cfg.model}"):
@@ -111,11 +104,16 @@ class Job:
                 self.console.print(warning, style="bold yellow", markup=False, highlight=False)
         return self._lm
 
-    def engine(self):
-        """The vLLM engine that generates (--backend vllm), started at the first generation: after
-        tuning, so on a GPU the engine's memory is taken once the tuning has had what it needs."""
-        start_engine(self.lm, self.config, self.console)
-        return self.lm.engine
+    def engine(self) -> Engine:
+        """The engine that generates (``--backend``: lm/backends.py), started at the first generation:
+        after tuning, so on a GPU an engine's memory is taken once the tuning has had what it needs."""
+        if self._engine is None:
+            cfg, console = self.config, self.console
+            self._engine = start_engine(
+                self.lm, cfg.backend, cfg.eval_batch_size, cfg.engine_args,
+                status=lambda what: console.status(f"starting {what} for {cfg.model}"),
+                say=lambda line: console.print(line, markup=False))
+        return self._engine
 
     @property
     def prompter(self) -> Prompter:
@@ -131,26 +129,7 @@ class Job:
         return self._prompter
 
 
-def start_engine(lm, config: RunConfig, console: Console) -> None:
-    """Give ``lm`` the vLLM engine of ``config`` (--backend vllm), unless it has one with the same
-    engine arguments (a sweep worker's model keeps its engine for all its jobs)."""
-    engine = lm.engine
-    if engine is not None and engine.user_args == (config.vllm or {}):
-        return
-    close_engine(lm)
-    with console.status(f"starting the vLLM engine for {config.model}"):
-        lm.engine = VllmEngine(lm, config.vllm)
-    console.print(f"vLLM {lm.engine.version} engine started in {lm.engine.start_seconds:.0f}s", markup=False)
-
-
-def close_engine(lm) -> None:
-    """Shut ``lm``'s vLLM engine down, if it has one (its processes end, its memory is freed)."""
-    if lm is not None and lm.engine is not None:
-        lm.engine.close()
-        lm.engine = None
-
-
-def load_lm(config: RunConfig):
+def load_lm(config: RunConfig) -> LoadedModel:
     """The model a run of ``config`` scores (a sweep worker loads it once for all its runs)."""
     return load_model(config.model, device=config.device, dtype=config.dtype, kind=config.kind)
 
@@ -175,24 +154,7 @@ def _inside(path: Path, folder: RunFolder) -> bool:
     return any(path.is_relative_to(f.resolve()) for f in (folder.final, folder.partial))
 
 
-def guessed_kind_warning(lm) -> str | None:
-    """The warning for a kind guessed from the model's name as base while its tokenizer has a chat
-    template: post-trained models have one, and a post-trained model taken as base is scored without
-    its template (zephyr-7b-beta's name says nothing of its training). None when there is no doubt."""
-    if lm.kind_source != "guessed from name" or lm.kind != BASE or not lm.has_chat_template:
-        return None
-    return (f"WARNING: {lm.name} is taken as a BASE model from its name alone, but its tokenizer has a chat "
-            "template, which post-trained models have. If it is post-trained, rerun with --kind post-trained "
-            "(its chat template is then used); pass --kind base to confirm and silence this. "
-            "Results record the kind and its source (model_kind_source).")
-
-
-def progress_bar(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=console, transient=False)
-
-
-def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=None,
+def run_job(config: RunConfig, console: Console | None = None, lm: LoadedModel | None = None, on_skip=None,
             command: str = "run") -> list[dict]:
     """Score every requested method; returns the results of each (skipped finished runs included).
 
@@ -207,7 +169,8 @@ def run_job(config: RunConfig, console: Console | None = None, lm=None, on_skip=
     try:
         return _run_methods(job, on_skip, command)
     finally:
-        if lm is None:  # the model (and its engine) is this call's own
+        end_engine(job._lm, job._engine)  # unless the model keeps it for its next jobs
+        if lm is None:  # the model (and the engine kept on it) is this call's own
             close_engine(job._lm)
 
 
@@ -284,25 +247,26 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
     found = versions()
-    results = {
-        "softeval_version": found["softeval"],
-        "model": cfg.model, "model_kind": lm.kind, "model_kind_source": lm.kind_source,
-        "task": cfg.task, "method": method, "seed": cfg.seed, "n": len(samples),
-        "series": cfg.series, "step": cfg.step,
-        "metrics": aggregate(samples),
-        "answers": answer_counts(samples),
-        "format_failures": count_causes(samples),
-        "item_ids": [e.id for e in job.items],
-        "split": {**job.splits.describe(), "item_seed": ITEM_SEED},
-        "chat_template": prompter.chat,
-        "engine": lm.engine.record() if cfg.backend == "vllm" else {"backend": "hf"},
-        "truncated_prompts": truncated,
-        "unscorable": unscorable,
-        "tuning": tuning,
-        "config": identity,
-        "versions": found, "git": git_hash(),
-        "started_at": started, "finished_at": now(), "wall_seconds": round(time.time() - t0, 2),
-    }
+    results = Results(  # results.json (its record: softeval.store.record), in the order it is written
+        softeval_version=found["softeval"],
+        model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
+        task=cfg.task, method=method, seed=cfg.seed, n=len(samples),
+        series=cfg.series, step=cfg.step,
+        metrics=aggregate(samples),
+        answers=answer_counts(samples),
+        format_failures=count_causes(samples),
+        item_ids=[e.id for e in job.items],
+        split={**job.splits.describe(), "item_seed": ITEM_SEED},
+        chat_template=prompter.chat,
+        engine=job.engine().record(),
+        truncated_prompts=truncated,
+        unscorable=unscorable,
+        tuning=tuning,
+        config=identity,
+        versions=found, git=git_hash(),
+        started_at=started, finished_at=now(), wall_seconds=round(time.time() - t0, 2),
+        **samples_digest(jsonl_text(samples)),  # of samples.jsonl as finish writes it
+    ).as_json()
     final = folder.finish(results, samples, curve)
     console.print(f"{method}: wrote {final}")
     return results
@@ -341,8 +305,8 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
     ids = [e.id for e in job.items]
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    engine = job.engine() if cfg.backend == "vllm" else None  # generation on vLLM; longer log-likelihoods stay here
-    # Single-token options (letters) are scored from the generation's own first step, on either engine.
+    engine = job.engine()  # generation on the run's backend; log-likelihoods stay on the HF model
+    # Single-token options (letters) are scored from the generation's own first step, on every engine.
     single = options is not None and all(len(o) == 1 for opts in options for o in opts)
     cloze = task.cloze is not None
     permute = cfg.permutations > 0 and task.multiple_choice
@@ -357,14 +321,9 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
         for start in range(0, len(todo), SAVE_EVERY):
             chunk = todo[start:start + SAVE_EVERY]
             letters = [[o[0] for o in options[i]] for i in chunk] if single else None
-            if engine is not None:
-                gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
-                                      stop=task.stop, progress=lambda n: bar.advance(bar_id, n), first_ids=letters)
-            else:
-                gen = generation.generate(lm, [prompts[i] for i in chunk], soft=soft,
-                                          max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                          batch_size=cfg.eval_batch_size, first_ids=letters,
-                                          progress=lambda n: bar.advance(bar_id, n))
+            gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
+                                  stop=task.stop, progress=lambda n: bar.advance(bar_id, n),
+                                  first_ids=letters)
             scores: dict[int, list[float]] = dict(enumerate(gen.first_logprobs)) if single else {}
             texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:
@@ -372,8 +331,10 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                                                batch_size=cfg.eval_batch_size)
                 scores = dict(enumerate(multi))
             examples = [job.items[i] for i in chunk]
-            clozes = cloze_scores(job, method, examples, soft) if cloze else None
-            picks = permutation_picks(job, method, examples, soft) if permute else None
+            clozes = (cloze_scores(lm, prompter, method, examples, soft, cfg.eval_batch_size)
+                      if cloze else None)
+            picks = permutation_picks(lm, prompter, method, examples, soft, cfg.permutations,
+                                      cfg.eval_batch_size) if permute else None
             rows = [{"i": i, "id": ids[i], "output": text, "hit_limit": hit[k], "option_scores": scores.get(k),
                      "cloze_scores": clozes[k] if clozes else None, "permutation_picks": picks[k] if picks else None}
                     for k, (i, text) in enumerate(zip(chunk, texts))]
@@ -383,32 +344,6 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                 os.fsync(f.fileno())
             done.update((r["i"], r) for r in rows)
     return [done[i] for i in range(len(ids))]
-
-
-def cloze_scores(job: Job, method: str, examples: list, soft) -> list[list[float]]:
-    """Summed log-probability of each option's text after the item's cloze prompt, under the
-    method's own context (its shots, its soft prompt); each item's context runs once for all its
-    options."""
-    pairs = [job.prompter.cloze_ids(e, method) for e in examples]
-    return loglik.option_logprobs(job.lm, [c for c, _ in pairs], [o for _, o in pairs], soft=soft,
-                                  batch_size=job.config.eval_batch_size)
-
-
-def permutation_picks(job: Job, method: str, examples: list, soft) -> list[list[str]]:
-    """Per item, the original letter of the option the letters' log-likelihood picks in each of
-    ``--permutations`` seeded orders of its options (the lettered prompt re-rendered each time)."""
-    prompter, k = job.prompter, job.config.permutations
-    orders = [permutations_for(len(e.options), k, e.id) for e in examples]
-    flat = [(n, order) for n, item_orders in enumerate(orders) for order in item_orders]
-    shown = [permuted(examples[n], order) for n, order in flat]
-    scores = loglik.option_logprobs(job.lm, [prompter.ids(e, method) for e in shown],
-                                    [prompter.option_ids(e) for e in shown], soft=soft,
-                                    batch_size=job.config.eval_batch_size)
-    picks: list[list[str]] = [[] for _ in examples]
-    for (n, order), item_scores in zip(flat, scores):
-        best = max(range(len(item_scores)), key=lambda j: item_scores[j])
-        picks[n].append(LETTERS[order[best]])
-    return picks
 
 
 def tune_soft_prompt(job: Job, partial: Path, identity: dict):
@@ -424,7 +359,8 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
                               f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
 
         result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
-                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False))
+                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
+                      name=job.spelling)
     if result.stopped_early:
         console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
     summary = result.summary()

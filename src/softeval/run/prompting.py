@@ -13,13 +13,14 @@ from functools import partial
 from jinja2 import TemplateError
 
 from softeval.errors import UserError
-from softeval.lm.models import end_of_turn_id
-from softeval.protocol import POST_TRAINED
+from softeval.lm.models import LoadedModel, end_of_turn_id
+from softeval.protocol import BASE, POST_TRAINED
+from softeval.run.config import COMMAND_LINE, Spelling
 from softeval.run.validate import check_methods, check_option
 from softeval.tasks.base import Example, Task
 
 
-def use_chat_template(lm, setting: str) -> bool:
+def use_chat_template(lm: LoadedModel, setting: str) -> bool:
     """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
     silently for a base model. ``on`` without a template is an error."""
     check_option("chat_template", setting)
@@ -32,10 +33,29 @@ def use_chat_template(lm, setting: str) -> bool:
     return lm.has_chat_template and lm.kind == POST_TRAINED  # auto
 
 
+def guessed_kind_warning(lm: LoadedModel) -> str | None:
+    """The warning for a kind guessed from the model's name as base while its tokenizer has a chat
+    template: post-trained models have one, and a post-trained model taken as base is scored without
+    its template (zephyr-7b-beta's name says nothing of its training). None when there is no doubt."""
+    if lm.kind_source != "guessed from name" or lm.kind != BASE or not lm.has_chat_template:
+        return None
+    return (f"WARNING: {lm.name} is taken as a BASE model from its name alone, but its tokenizer has a chat "
+            "template, which post-trained models have. If it is post-trained, rerun with --kind post-trained "
+            "(its chat template is then used); pass --kind base to confirm and silence this. "
+            "Results record the kind and its source (model_kind_source).")
+
+
+def check_shots(k: int, n_tune: int, task: str = "", name: Spelling = COMMAND_LINE) -> None:
+    """Few-shot draws its ``k`` shots from the ``n_tune`` tuning items (of ``task``): no more than
+    there are."""
+    if k > n_tune:
+        raise UserError(f"{name.setting('shots', k)} is more than the {n_tune} tuning items"
+                        + (f" of {task}" if task else ""))
+
+
 def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
     """k solved examples drawn with a fixed seed from the tuning split (the same for every item)."""
-    if k > len(pool):
-        raise UserError(f"--shots {k} is more than the {len(pool)} tuning items")
+    check_shots(k, len(pool))
     return random.Random(seed).sample(pool, k)
 
 
@@ -43,7 +63,7 @@ def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
 class Prompter:
     """Renders and tokenizes prompts and targets for one (model, task) pair."""
 
-    lm: object
+    lm: LoadedModel
     task: Task
     chat: bool
     shots: list[Example]
@@ -162,7 +182,7 @@ def chat_text(tokenizer, instruction: str, turns: list[dict]) -> str:
         return render([first, *turns[1:]])
 
 
-def end_of_answer_id(lm, chat: bool) -> int | None:
+def end_of_answer_id(lm: LoadedModel, chat: bool) -> int | None:
     """The token a tuning target ends with: the chat template's end-of-turn token when the chat
     template is on (the token the template writes after an answer), else the tokenizer's EOS; the
     smallest of the model's EOS ids only when the tokenizer names none."""

@@ -21,10 +21,12 @@ from pathlib import Path
 import torch
 
 from softeval.lm import generation, tuning_loss
-from softeval.lm.softprompt import SoftPrompt
+from softeval.lm.models import LoadedModel
+from softeval.lm.softprompt import InitRefused, SoftPrompt
 from softeval.metrics import first_step_reaching
-from softeval.run.config import OPTIONS, RunConfig
+from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling
 from softeval.run.scoring import score_output
+from softeval.run.validate import init_refusal
 from softeval.store import checkpoint as ckpt
 from softeval.tasks.base import Example
 
@@ -148,7 +150,7 @@ def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int],
 CURVE_MAX_PADDING = 1.25
 
 
-def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_size: int,
+def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Tensor, batch_size: int,
                 held_out_loss: bool = False) -> dict:
     task = prompter.task
     prompts = [prompter.ids(e, "soft-prompt") for e in items]
@@ -163,19 +165,24 @@ def curve_point(lm, prompter, items: list[Example], soft: torch.Tensor, batch_si
     return point
 
 
-def tune(lm, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
-         checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None) -> TuneResult:
+def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
+         checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None,
+         name: Spelling = COMMAND_LINE) -> TuneResult:
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
     ``checkpoint``: a folder to save the state in at every curve point and to resume from
     (softeval.store.checkpoint). The state records ``identity`` (the run's, from the caller), this config
     and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
+    ``name``: how the user wrote the options, for an init refused once the model is loaded.
     """
     started = time.time()
     torch.manual_seed(config.seed)
     device = lm.device
-    soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(device)
+    try:
+        soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(device)
+    except InitRefused as refused:
+        raise init_refusal(refused, name) from None
     optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
     plan = batches(len(train), config.batch_size, config.steps, config.seed)
     prompts = {}

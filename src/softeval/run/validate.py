@@ -17,9 +17,17 @@ import torch
 
 from softeval.checks import is_data_file, is_number, is_whole
 from softeval.errors import UserError, shown
-from softeval.lm import vllm_engine
+from softeval.lm.backends import BACKENDS
 from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_device, pick_dtype
-from softeval.lm.softprompt import adapter_shape, init_source
+from softeval.lm.softprompt import (
+    INIT_GRAMMAR,
+    NO_TOKENS,
+    OTHER_TOKENS,
+    InitRefused,
+    adapter_shape,
+    check_warm_start,
+    parse_init,
+)
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import write_refusal
@@ -67,7 +75,8 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
                 raise UserError(f"{name.key(key)}: {k} must be text, a number or true/false, not "
                                 f"{type(v).__name__} {shown(v)}")
     elif row.choices is not None and value not in row.choices:
-        choices = ", ".join(row.choices[:-1]) + " or " + row.choices[-1]
+        known = tuple(row.choices)
+        choices = ", ".join(known[:-1]) + " or " + known[-1]
         raise UserError(f"unknown {name.key(key)} {shown(value)}: use {choices}")
 
 
@@ -108,64 +117,67 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
         raise UserError(f"a checkpoint's step must be a whole number >= 0, not {shown(cfg.step)}")
     if cfg.soft_prompt is not None:
         given = name.setting("soft_prompt", cfg.soft_prompt)
-        if not Path(cfg.soft_prompt).is_dir():
-            raise UserError(f"{given}: no such folder (give the folder of a saved soft prompt)")
-        shape = check_adapter(given, Path(cfg.soft_prompt))
+        shape = check_adapter(given, Path(cfg.soft_prompt), "the folder of a saved soft prompt")
         if not model_given:
             check_width(given, shape, cfg.model)
 
 
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
-    """Engine arguments only with the vLLM backend; with it, a model vLLM can load and (``on_device``:
-    where the run runs) vLLM installed for the device, knowing every engine argument; elsewhere (a sweep's
-    driver) the engine arguments wherever vLLM imports."""
-    if cfg.backend != "vllm":
-        if cfg.vllm:
-            raise UserError(f"{name.key('vllm')} sets vLLM's engine; add {name.setting('backend', 'vllm')}")
-        return
-    vllm_engine.check_model(cfg.model)
-    if on_device:
-        device = pick_device(cfg.device)
-        kind = "cuda" if device.startswith("cuda") else device
-        platform = vllm_engine.installed_platform()
-        if kind != platform:
-            raise UserError(f"{name.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
-                            f"{shown(platform)}; install {vllm_engine.BUILDS.get(kind, 'a vLLM build for it')}, or "
-                            f"use {name.setting('backend', 'hf')}")
-        vllm_engine.check_engine_args(cfg.vllm, name.key("vllm"))
-    else:
-        vllm_engine.check_engine_args_here(cfg.vllm, name.key("vllm"))
+    """Engine arguments only for the backend that reads them (``--vllm-arg`` with ``--backend vllm``);
+    then the backend's own checks (``engine.Backend.check``; vLLM: a model it can load, vLLM installed
+    for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
+    else (a sweep's driver) what can be checked away from it."""
+    chosen = BACKENDS[cfg.backend]
+    for other in BACKENDS.values():
+        if other.args is not None and other.args != chosen.args and getattr(cfg, other.args):
+            raise UserError(f"{name.key(other.args)} sets {other.label}'s engine; add "
+                            f"{name.setting('backend', other.name)}")
+    if chosen.check is not None:
+        chosen.check(cfg.model, pick_device(cfg.device) if on_device else None, cfg.engine_args, name)
 
 
 def check_init(value: str, tokens: int | None = None, model: str | None = None,
                name: Spelling = COMMAND_LINE) -> None:
-    """``from:PATH`` must name a saved soft prompt (the soft_prompt/ folder of a run) with ``tokens``
-    vectors, of ``model``'s hidden size where that is known before loading (``check_width``); else it
-    is checked once the model is loaded (softprompt.initialise)."""
-    if value in ("vocab", "random"):
-        return
-    if isinstance(value, str) and value.startswith("text:") and value[5:].strip().strip('"'):
-        return
-    source = init_source(value)
-    if source is not None and str(source):
+    """``value`` in the init grammar (``softprompt.parse_init``); ``from:PATH`` must name a saved soft
+    prompt (the soft_prompt/ folder of a run) with ``tokens`` vectors, of ``model``'s hidden size where
+    that is known before loading (``check_width``); else it is checked once the model is loaded
+    (softprompt.initialise)."""
+    try:
+        source = parse_init(value).source
+        if source is None:
+            return
         given = name.setting("init", value)
-        if not source.is_dir():
-            raise UserError(f"{given}: no such folder (give the soft_prompt/ folder of a soft-prompt run)")
-        shape = check_adapter(given, source)
-        if tokens is not None and shape[0] != tokens:
-            raise UserError(f"{given}: that soft prompt has {shape[0]} virtual tokens, the run asks for "
-                            f"{name.setting('tokens', tokens)}: pass {name.setting('tokens', shape[0])}")
-        if model is not None:
-            check_width(given, shape, model)
-        return
-    raise UserError(f'{name.key("init")} must be vocab, random, text:"some words" or from:PATH (a saved soft '
-                    f"prompt), not {shown(value)}")
+        shape = check_adapter(given, source, "the soft_prompt/ folder of a soft-prompt run")
+        if tokens is not None:
+            check_warm_start(value, shape[0], tokens)
+    except InitRefused as refused:
+        raise init_refusal(refused, name) from None
+    if model is not None:
+        check_width(given, shape, model)
 
 
-def check_adapter(what: str, folder: Path) -> tuple[int, ...]:
+def init_refusal(refused: InitRefused, name: Spelling = COMMAND_LINE) -> UserError:
+    """An init the lm layer refused (``softprompt.InitRefused``), said with the options as the user
+    wrote them (``--init``/``--tokens`` on the command line, ``init:``/``tokens:`` in a sweep file)."""
+    value = refused.value
+    if refused.problem == OTHER_TOKENS:
+        return UserError(f"{name.setting('init', value)}: that soft prompt has {refused.found} virtual tokens, "
+                         f"the run asks for {name.setting('tokens', refused.asked)}: pass "
+                         f"{name.setting('tokens', refused.found)}")
+    if refused.problem == NO_TOKENS:
+        return UserError(f"{name.setting('init', value)}: the text has no tokens for this model; give other "
+                         "words")
+    return UserError(f"{name.key('init')} must be {INIT_GRAMMAR}, not {shown(value)}")
+
+
+def check_adapter(what: str, folder: Path, give: str) -> tuple[int, ...]:
     """The shape of the saved soft prompt in ``folder`` (read from its header, no model needed): a
-    UserError naming ``what`` when it is unreadable or not [num_virtual_tokens, hidden_size]. Its
-    hidden size is checked against the model once it is loaded (SoftPrompt.load)."""
+    UserError naming ``what`` (the option as the user wrote it) when ``folder`` is no folder (saying
+    to ``give`` one), or its soft prompt is unreadable or not [num_virtual_tokens, hidden_size]. Its
+    hidden size is checked against the model where known before loading (``check_width``), else once
+    it is loaded (SoftPrompt.load)."""
+    if not folder.is_dir():
+        raise UserError(f"{what}: no such folder (give {give})")
     shape = adapter_shape(folder)
     if len(shape) != 2 or shape[0] < 1:
         raise UserError(f"{what}: its prompt_embeddings have shape {shape}, not [num_virtual_tokens, hidden_size]")

@@ -10,8 +10,8 @@ crash or be resumed from. Files:
   the optimizer's non-tensor state, the run identity, and the tensor file's name and sha256.
 
 The JSON is written last and names its tensor file, so a process killed between the two writes leaves
-the previous, consistent pair. Checkpoints of older versions (``tune_state.pt``, a pickle) are deleted
-unread.
+the previous, consistent pair. No other file is ever read as a checkpoint (a pickle such as
+``tune_state.pt`` beside it is left unread: a finished run deletes every ``tune_state*`` file).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from softeval.checks import is_number, is_whole
 from softeval.errors import shown
 from softeval.store.format import (
     TUNE_STATE_FILE,
-    TUNE_STATE_LEGACY_FILE,
     TUNE_TENSORS_GLOB,
     tune_tensors_file,
 )
@@ -43,7 +42,7 @@ FORMAT = "softeval-tune-state/1"
 def files(folder: Path) -> list[Path]:
     """Every checkpoint file in a folder (what a finished run deletes)."""
     folder = Path(folder)
-    candidates = [folder / TUNE_STATE_FILE, folder / TUNE_STATE_LEGACY_FILE, *folder.glob(TUNE_TENSORS_GLOB)]
+    candidates = [folder / TUNE_STATE_FILE, *folder.glob(TUNE_TENSORS_GLOB)]
     return [p for p in candidates if p.exists()]
 
 
@@ -77,13 +76,9 @@ def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, ide
 def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.optim.Optimizer,
          log: Callable[[str], None]) -> dict | None:
     """Restore soft prompt, optimizer and RNG from the folder's checkpoint and return its JSON record;
-    None (and nothing changed) when there is none. A legacy pickle, a damaged file or a checkpoint of
-    another run is deleted with a message via ``log``, and None returned: tuning starts afresh."""
+    None (and nothing changed) when there is none. A damaged file or a checkpoint of another run is
+    deleted with a message via ``log``, and None returned: tuning starts afresh."""
     folder = Path(folder)
-    if (folder / TUNE_STATE_LEGACY_FILE).exists():
-        (folder / TUNE_STATE_LEGACY_FILE).unlink()
-        log(f"deleted {folder / TUNE_STATE_LEGACY_FILE} unread: older checkpoints are pickles, which "
-            "softeval never loads (loading one can run code); tuning starts afresh")
     if not (folder / TUNE_STATE_FILE).exists():
         _discard(folder)  # tensor files whose JSON never got written
         return None

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from softeval.checks import is_number, is_whole
+from softeval.checks import is_number
 from softeval.errors import shown
-from softeval.metrics import aggregate, answer_counts, upgrade_results, upgrade_sample
+from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import ADAPTER_WEIGHTS, METHODS
+from softeval.store.record import RESULTS_FILE, RunFormatError, check
 
-# In a finished run folder.
-RESULTS_FILE = "results.json"
+# In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
 SAMPLES_FILE = "samples.jsonl"
 CURVE_FILE = "curve.jsonl"  # soft-prompt runs: the learning curve
 SOFT_PROMPT_FOLDER = "soft_prompt"  # soft-prompt runs: the tuned prompt (softeval.lm.softprompt's format)
@@ -37,7 +37,6 @@ CONFIG_FILE = "config.json"  # the run's options, written when its partial folde
 OUTPUTS_FILE = "outputs.jsonl"  # one line per scored item
 TUNE_STATE = "tune_state"  # how every file of the tuning checkpoint starts, temporaries included
 TUNE_STATE_FILE = f"{TUNE_STATE}.json"  # softeval.store.checkpoint: written last, names its tensor file
-TUNE_STATE_LEGACY_FILE = f"{TUNE_STATE}.pt"  # the pickle of older versions: deleted unread
 TUNE_TENSORS_GLOB = f"{TUNE_STATE}-*.safetensors"
 
 
@@ -107,12 +106,7 @@ def model_folder(model: str, series: str | None = None) -> str:
     return folder_name(f"{folder_name(series)}--{folder_name(model)}")
 
 
-REQUIRED_KEYS = ("model", "task", "method", "seed", "n", "metrics")
 DAMAGED = "damaged (rerun it with `softeval run` and the same options)"
-
-
-class RunFormatError(ValueError):
-    """A folder that looks like a run but whose results.json cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +116,8 @@ class Run:
     path: Path
     rel: str
     results: dict[str, Any]
+    # its samples.jsonl rows as the scan verified them, where the reader asked to keep them (``scan``)
+    samples: list[dict[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def model(self) -> str:
@@ -177,7 +173,8 @@ class ScanReport:
 
 
 def load_results(run_dir: Path) -> dict[str, Any]:
-    """Read and check a run's results.json; raise RunFormatError saying what is wrong."""
+    """Read and check a run's results.json against its record (``softeval.store.record.Results``); raise
+    RunFormatError saying what is wrong, OtherFormat (one) when it is of another format version."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise RunFormatError(f"no {RESULTS_FILE}")
@@ -187,25 +184,14 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError(f"{RESULTS_FILE} is not valid JSON ({exc})") from None
     if not isinstance(results, dict):
         raise RunFormatError(f"{RESULTS_FILE} is not a JSON object")
-    missing = [key for key in REQUIRED_KEYS if key not in results]
-    if missing:
-        raise RunFormatError(f"{RESULTS_FILE} lacks {', '.join(missing)}")
-    if not isinstance(results["metrics"], dict):
-        raise RunFormatError(f"{RESULTS_FILE} 'metrics' is not an object")
-    if not is_whole(results["seed"]):
-        raise RunFormatError(f"{RESULTS_FILE} 'seed' is not an integer")
-    if not is_whole(results["n"]) or results["n"] < 0:
-        raise RunFormatError(f"{RESULTS_FILE} 'n' is not a count of items")
-    upgrade_results(results)  # metrics renamed since (loglik_accuracy -> letter_loglik_accuracy)
-    if "answers" not in results:  # written before softeval recorded them: count them from the samples
-        results["answers"] = _answers_from_samples(run_dir)
+    check(results)
     return results
 
 
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
     """A run's samples.jsonl, one dict per item (OSError if missing, ValueError if not JSON lines)."""
     text = (Path(run_dir) / SAMPLES_FILE).read_text(encoding="utf-8")
-    return [upgrade_sample(json.loads(line)) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def samples_digest(text: str) -> dict[str, Any]:
@@ -214,12 +200,12 @@ def samples_digest(text: str) -> dict[str, Any]:
             "samples_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
-def verify_run(run_dir: Path, results: dict[str, Any]) -> None:
+def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """Raise RunFormatError when a finished run's files do not hold together: samples.jsonl is not the
     file results.json was written with (``verify_samples``), its items do not have distinct ids, the
     numbers results.json shows (n, metrics, answers) are not the ones its samples give (an edited
     results.json), or a soft-prompt run lacks its adapter (soft_prompt/). Each is damage: `softeval run`
-    moves the run aside and scores it again, every reader skips it saying why."""
+    moves the run aside and scores it again, every reader skips it saying why. Returns the samples."""
     samples = verify_samples(run_dir, results)
     seen: dict[str, int] = {}
     for row_no, sample in enumerate(samples, 1):
@@ -234,8 +220,7 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> None:
     except (KeyError, TypeError, ValueError) as err:
         raise RunFormatError(f"{SAMPLES_FILE} rows are not scored items ({type(err).__name__}: {err}): "
                              f"{DAMAGED}") from None
-    # every metric it shows (a run of an older softeval may lack a metric added since)
-    numbers["metrics"] = {name: metrics.get(name) for name in results["metrics"]}
+    numbers["metrics"] = metrics
     for key, expected in numbers.items():
         if key in results and not _same(results[key], expected):
             which = _first_difference(results[key], expected, key)
@@ -244,6 +229,7 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> None:
     if results["method"] == "soft-prompt" and not adapter.is_file():
         raise RunFormatError(f"a soft-prompt run without its adapter ({SOFT_PROMPT_FOLDER}/{ADAPTER_WEIGHTS} is "
                              f"missing): {DAMAGED}")
+    return samples
 
 
 def _same(recorded: Any, computed: Any) -> bool:
@@ -276,13 +262,13 @@ def _first_difference(recorded: Any, computed: Any, where: str) -> str:
 
 def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """samples.jsonl's rows; RunFormatError when it is not the file results.json was written with: its
-    sha256 and row count (recorded since they were), else (older runs) every row JSON and n rows."""
+    sha256, every row a JSON object, n rows."""
     path = Path(run_dir) / SAMPLES_FILE
     try:
         data = path.read_bytes()
     except OSError:
         raise RunFormatError(f"no {SAMPLES_FILE}: {DAMAGED}") from None
-    if "samples_sha256" in results and hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
+    if hashlib.sha256(data).hexdigest() != results["samples_sha256"]:
         raise RunFormatError(f"{SAMPLES_FILE} does not match the sha256 in {RESULTS_FILE} (torn, cut or "
                              f"edited): {DAMAGED}")
     rows = []
@@ -294,18 +280,11 @@ def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any
                 raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not JSON (torn): {DAMAGED}") from None
             if not isinstance(row, dict):
                 raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not an object: {DAMAGED}")
-            rows.append(upgrade_sample(row))
+            rows.append(row)
     if len(rows) != results["n"]:
         raise RunFormatError(f"{SAMPLES_FILE} has {len(rows)} rows but {RESULTS_FILE} says n={results['n']}: "
                              f"{DAMAGED}")
     return rows
-
-
-def _answers_from_samples(run_dir: Path) -> dict | None:
-    try:
-        return answer_counts(read_samples(run_dir))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no usable samples: the run shows no top answer
 
 
 def read_curve(path: Path) -> list[dict[str, Any]]:
@@ -319,8 +298,9 @@ def read_curve(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def check_run(out_root: Path, run_dir: Path) -> Run:
-    """Load a run folder and check that its place in the layout agrees with its results.json."""
+def check_run(out_root: Path, run_dir: Path, keep_samples: bool = False) -> Run:
+    """Load a run folder and check that its place in the layout agrees with its results.json;
+    ``keep_samples``: the run keeps the samples the check read (``Run.samples``)."""
     run_dir = Path(run_dir)
     if run_dir.name.endswith(PARTIAL_SUFFIX):
         raise RunFormatError(f"run in progress or interrupted ({PARTIAL_SUFFIX})")
@@ -336,8 +316,9 @@ def check_run(out_root: Path, run_dir: Path) -> Run:
                                  f"{shown(expected)}")
     if results["method"] not in METHODS:
         raise RunFormatError(f"unknown method {shown(results['method'])}")
-    verify_run(run_dir, results)
-    return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results)
+    samples = verify_run(run_dir, results)
+    return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results,
+               samples=samples if keep_samples else None)
 
 
 def write_refusal(folder: Path) -> str | None:
@@ -351,8 +332,10 @@ def write_refusal(folder: Path) -> str | None:
         return os.strerror(err.errno).lower() if err.errno else str(err)
 
 
-def scan(out_root: Path) -> ScanReport:
-    """Find every finished run under out_root, reading folders only (the index is not consulted)."""
+def scan(out_root: Path, keep_samples: bool = False) -> ScanReport:
+    """Find every finished run under out_root, reading folders only (the index is not consulted).
+    ``keep_samples``: each run keeps the samples its check read, for a reader that needs them all
+    (the report), so that no run's samples.jsonl is read twice."""
     out_root = Path(out_root)
     report = ScanReport()
     claimed: set[Path] = set()
@@ -362,7 +345,7 @@ def scan(out_root: Path) -> ScanReport:
             report.skipped.append((run_dir, "not a folder"))
             continue
         try:
-            report.runs.append(check_run(out_root, run_dir))
+            report.runs.append(check_run(out_root, run_dir, keep_samples))
         except RunFormatError as exc:
             report.skipped.append((run_dir, str(exc)))
     for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from softeval.errors import UserError
-from softeval.metrics import top_answer, upgrade_results
+from softeval.errors import UserError, shown
+from softeval.metrics import top_answer
 from softeval.protocol import ADAPTER_WEIGHTS, METRICS
 from softeval.store.format import (
     INDEX_FILE,
@@ -34,12 +34,16 @@ from softeval.store.format import (
     RunFormatError,
     ScanReport,
     check_run,
-    load_results,
     scan,
     write_refusal,
 )
+from softeval.store.record import RESULTS_FORMAT_VERSION
+from softeval.version import __version__
 
 BUSY_TIMEOUT_S = 60.0
+# The index's format (its schema and what its columns hold), kept in the database header (SQLite's
+# user_version; 0 in an index written before softeval recorded one). A change of either is a new version.
+INDEX_FORMAT_VERSION = 1
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,7 +62,8 @@ CREATE TABLE IF NOT EXISTS runs (
     series TEXT,                    -- the training run this model is a checkpoint of (softeval.sweep.series)
     step INTEGER,                   -- the checkpoint's training step
     finished_at TEXT,
-    indexed_at TEXT NOT NULL
+    indexed_at TEXT NOT NULL,
+    format_version INTEGER NOT NULL -- the run's results.json format_version (softeval.store.record)
 )
 """
 
@@ -79,9 +84,24 @@ class IndexDamaged(UserError):
     """The index file is not a usable SQLite database; the message says how to rebuild it."""
 
 
-def connect(out_root: Path) -> sqlite3.Connection:
+class IndexOtherVersion(IndexDamaged):
+    """An index of another format version (``found``; 0: of none), never read as this one; the message
+    names both versions and the command that rebuilds it from the run folders."""
+
+    def __init__(self, out_root: Path, found: int):
+        self.found = found
+        said = "no format_version, so was written before softeval recorded one" if found == 0 \
+            else f"format_version {shown(found)}"
+        wrote = "use the softeval that wrote it, or " if found > INDEX_FORMAT_VERSION else ""
+        super().__init__(f"the runs index {out_root / INDEX_FILE} has {said}; this softeval ({__version__}) "
+                         f"reads format_version {INDEX_FORMAT_VERSION}: {wrote}rebuild it from the run "
+                         f"folders with `{rebuild_command(out_root)}`")
+
+
+def connect(out_root: Path, any_version: bool = False) -> sqlite3.Connection:
     """Open (creating if needed) the index in WAL mode with a busy timeout, schema in place.
-    A file that is not a database raises IndexDamaged naming the command that rebuilds it."""
+    A file that is not a database raises IndexDamaged naming the command that rebuilds it, an index of
+    another format version IndexOtherVersion, unless ``any_version`` (``rebuild``, which replaces it)."""
     out_root = Path(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     try:
@@ -95,10 +115,12 @@ def connect(out_root: Path) -> sqlite3.Connection:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(_SCHEMA)
-            _add_columns(conn, out_root)
-            _add_metric_columns(conn)
+            if not any_version:
+                _schema(conn, out_root)
             return conn
+        except IndexOtherVersion:
+            conn.close()
+            raise
         except sqlite3.DatabaseError as exc:
             busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
             if not busy or time.monotonic() > deadline:
@@ -118,68 +140,42 @@ def rebuild_command(out_root: Path) -> str:
     return f"softeval runs {shlex.quote(str(out_root))} --rebuild"
 
 
-# Columns that older indexes lack: each filled from its run's results.json (None: left empty); text
-# unless COLUMN_TYPES says otherwise. series/step: null for a run that is no checkpoint of a series.
-FOLDER_COLUMNS = {"top_answer": top_answer, "model_kind_source": lambda results: results.get("model_kind_source"),
-                  "stamp": None, "series": lambda results: results.get("series"),
-                  "step": lambda results: results.get("step")}
-COLUMN_TYPES = {"step": "INTEGER"}
+def _version(conn: sqlite3.Connection) -> tuple[int, bool]:
+    """The index's format version and whether it holds the runs table (0 and False: a new database)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version, conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is not None
 
 
-def _add_missing_columns(conn: sqlite3.Connection, wanted, column_type, fill) -> None:
-    """Add the columns of ``wanted`` that an older index lacks, and ``fill(new_names)`` them, in one
-    transaction (a second process doing the same waits, then finds them there)."""
-    def missing() -> list[str]:
-        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        return [c for c in wanted if c not in have]
-
-    if not missing():
+def _schema(conn: sqlite3.Connection, out_root: Path) -> None:
+    """A new database gets this version's schema (in one transaction: a second process doing the same
+    waits, then finds it there); one of another format version is IndexOtherVersion."""
+    if _version(conn)[0] == INDEX_FORMAT_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        new = missing()
-        for name in new:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {column_type(name)}")
-        fill(new)
+        version, has_table = _version(conn)
+        if version != INDEX_FORMAT_VERSION:
+            if version != 0 or has_table:
+                raise IndexOtherVersion(out_root, version)
+            _create(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
 
 
-def _add_columns(conn: sqlite3.Connection, out_root: Path) -> None:
-    """An index written before a column of ``FOLDER_COLUMNS`` existed gets it, filled from the run
-    folders. ``stamp`` is left empty, so the next listing checks each run's files once."""
-    def fill(new: list[str]) -> None:
-        filled = [name for name in new if FOLDER_COLUMNS[name]]
-        for (path,) in conn.execute("SELECT path FROM runs").fetchall() if filled else []:
-            try:
-                results = load_results(out_root / path)
-            except (RunFormatError, OSError):
-                continue  # folder gone or broken: the next listing drops it
-            conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in filled)} WHERE path = ?",
-                         (*[FOLDER_COLUMNS[n](results) for n in filled], path))
-
-    _add_missing_columns(conn, FOLDER_COLUMNS, lambda name: COLUMN_TYPES.get(name, "TEXT"), fill)
-
-
-def _add_metric_columns(conn: sqlite3.Connection) -> None:
-    """An index written before a metric column existed gets it, filled from ``metrics_json`` (old
-    names read under today's)."""
-    def fill(new: list[str]) -> None:
-        for path, metrics_json in conn.execute("SELECT path, metrics_json FROM runs").fetchall():
-            metrics = upgrade_results({"metrics": json.loads(metrics_json)})["metrics"]
-            values = [(metrics.get(name) or {}).get("value") for name in new]
-            conn.execute(f"UPDATE runs SET {', '.join(f'{n} = ?' for n in new)} WHERE path = ?", (*values, path))
-
-    _add_missing_columns(conn, METRICS, lambda name: "REAL", fill)
+def _create(conn: sqlite3.Connection) -> None:
+    """This version's empty table, in place of what was there (inside the caller's transaction)."""
+    conn.execute("DROP TABLE IF EXISTS runs")
+    conn.execute(_SCHEMA)
+    conn.execute(f"PRAGMA user_version = {INDEX_FORMAT_VERSION}")
 
 
 @contextmanager
-def _writing(out_root: Path):
+def _writing(out_root: Path, any_version: bool = False):
     """One write transaction, taken at once (BEGIN IMMEDIATE) so concurrent writers queue on the
     busy timeout instead of failing halfway; rolled back on any error."""
-    conn = connect(out_root)
+    conn = connect(out_root, any_version)
     try:
         conn.execute("BEGIN IMMEDIATE")
         yield conn
@@ -200,8 +196,9 @@ def record_run(out_root: Path, run_dir: Path) -> None:
 
 
 def rebuild(out_root: Path) -> RebuildReport:
-    """Replace the index's contents with what the folders hold, in one transaction. A damaged index
-    file is first moved aside (``index.sqlite.damaged-<time>``, kept for inspection)."""
+    """Replace the index's contents (and its schema, of this format version) with what the folders
+    hold, in one transaction. A damaged index file is first moved aside (``index.sqlite.damaged-<time>``,
+    kept for inspection); one of another format version is replaced (derived data: nothing is lost)."""
     out_root = Path(out_root)
     why = write_refusal(out_root) if out_root.is_dir() else None
     if why:
@@ -210,11 +207,11 @@ def rebuild(out_root: Path) -> RebuildReport:
     found = scan(out_root)
     report = RebuildReport(found.runs, found.skipped)
     try:
-        connect(out_root).close()
+        connect(out_root, any_version=True).close()
     except IndexDamaged:
         report.damaged_aside = _move_aside(out_root)
-    with _writing(out_root) as conn:
-        conn.execute("DELETE FROM runs")
+    with _writing(out_root, any_version=True) as conn:
+        _create(conn)
         for run in report.runs:
             _upsert(conn, run)
     return report
@@ -231,7 +228,8 @@ def _move_aside(out_root: Path) -> Path:
 
 
 def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None) -> list[dict[str, Any]]:
-    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet.
+    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet, or
+    one of an older format version (``_older``).
 
     The index may be stale: a run whose results.json or samples.jsonl changed since it was indexed
     (size or mtime) is checked again, and dropped when it no longer passes (``on_skip(path, why)``
@@ -242,7 +240,7 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     out_root = Path(out_root)
     if out_root.is_dir() and write_refusal(out_root):
         return _fresh(out_root, _read_only_rows(out_root, on_skip), on_skip, writable=False)
-    if _unbuilt(out_root):
+    if _unbuilt(out_root) or _older(out_root):
         for path, why in rebuild(out_root).skipped:
             if on_skip:
                 on_skip(path, why)
@@ -254,6 +252,19 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     return _fresh(out_root, [dict(row) for row in rows], on_skip, writable=True)
 
 
+def _older(out_root: Path) -> bool:
+    """An index of an older format version (or of none): rebuilt from the folders by the listing, as a
+    missing one is. It is derived data, and every row it held comes back from the run folders that the
+    rebuild reads, so nothing is lost and nothing of the old format is read. One of a newer version is
+    not: connect refuses it (IndexOtherVersion), since it belongs to a newer softeval, which would rebuild
+    it again in turn, and only --rebuild, asked for, replaces it."""
+    try:
+        connect(out_root).close()
+    except IndexOtherVersion as err:
+        return err.found < INDEX_FORMAT_VERSION
+    return False
+
+
 def _read_only_rows(out_root: Path, on_skip) -> list[dict[str, Any]]:
     """The index's rows, opened read-only (``immutable``: SQLite then needs no -wal or -shm file
     beside it); without a usable index, the rows the run folders give."""
@@ -262,10 +273,11 @@ def _read_only_rows(out_root: Path, on_skip) -> list[dict[str, Any]]:
             uri = f"{(out_root / INDEX_FILE).absolute().as_uri()}?mode=ro&immutable=1"
             with closing(sqlite3.connect(uri, uri=True)) as conn:
                 conn.row_factory = sqlite3.Row
-                rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
-            return [dict(row) for row in rows]
+                if _version(conn)[0] == INDEX_FORMAT_VERSION:  # one of another version is never read
+                    rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
+                    return [dict(row) for row in rows]
         except sqlite3.Error:
-            pass  # damaged or of an older schema: it cannot be rebuilt here, the folders are the truth
+            pass  # damaged: it cannot be rebuilt here, the folders are the truth
     found = scan(out_root)
     for path, why in found.skipped:
         if on_skip:
@@ -279,7 +291,8 @@ def _fresh(out_root: Path, rows: list[dict[str, Any]], on_skip, writable: bool) 
     runs, changed, gone = [], [], []
     for item in rows:
         run_dir = out_root / item["path"]
-        if item["stamp"] != _stamp(run_dir):
+        # a row of a run of another results format is checked again (and so dropped): never misread
+        if item["stamp"] != _stamp(run_dir) or item["format_version"] != RESULTS_FORMAT_VERSION:
             try:
                 run = check_run(out_root, run_dir)
             except RunFormatError as exc:
@@ -289,9 +302,9 @@ def _fresh(out_root: Path, rows: list[dict[str, Any]], on_skip, writable: bool) 
                 continue
             changed.append(run)
             item = {**item, **_row(run)}
-        item["metrics"] = upgrade_results({"metrics": json.loads(item.pop("metrics_json"))})["metrics"]
+        item["metrics"] = json.loads(item.pop("metrics_json"))
         item["run_dir"] = str(run_dir)
-        item.pop("stamp")
+        del item["stamp"], item["format_version"]
         runs.append(item)
     if writable and (changed or gone):
         with _writing(out_root) as conn:
@@ -334,7 +347,8 @@ def _row(run: Run) -> dict[str, Any]:
             "metrics_json": json.dumps(r["metrics"]), "top_answer": top_answer(r),
             "model_kind_source": r.get("model_kind_source"), "series": run.series, "step": run.step,
             "stamp": _stamp(run.path),
-            "finished_at": r.get("finished_at"), "indexed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            "finished_at": r.get("finished_at"),
+            "indexed_at": datetime.now(UTC).isoformat(timespec="seconds"), "format_version": r["format_version"]}
 
 
 def _upsert(conn: sqlite3.Connection, run: Run) -> None:

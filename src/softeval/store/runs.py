@@ -41,6 +41,7 @@ from softeval.store.format import (
     verify_run,
 )
 from softeval.store.locking import file_lock
+from softeval.store.record import OtherFormat
 from softeval.version import __version__
 
 # The run's identity is every option it was run with (results.json "config") except these, which
@@ -64,10 +65,6 @@ READ_ONLY_BY = {
                      "soft_prompt_sha256"), ("soft-prompt",)),
     "shots": ("few-shot",),
 }
-# Options added after runs were made, with the value that did what softeval did before they existed:
-# a run that did not record one of these ran with that value (tuning ran every step; no permutations;
-# softeval's own engine generated).
-BEFORE_RECORDED = {"early_stop": False, "permutations": 0, "backend": "hf", "vllm": None}
 NOT_RECORDED = "not recorded"
 
 
@@ -99,13 +96,13 @@ def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
 
 def identity_diff(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for each identity option that differs; an option a run did not record (it
-    was written before the option existed) counts as different, its effect then being unknown, unless
-    BEFORE_RECORDED says what value the run had in effect. A checkpoint is compared by its fingerprint
-    when both records carry one, else by its path (FINGERPRINT)."""
+    was written before the option existed) counts as different, its effect then being unknown. A
+    checkpoint is compared by its fingerprint when both records carry one, else by its path
+    (FINGERPRINT)."""
     by_fingerprint = fingerprinted(old) and fingerprinted(new)
     paths = old.get("model"), new.get("model")
-    old = identity_of({**BEFORE_RECORDED, **old}, by_fingerprint)
-    new = identity_of({**BEFORE_RECORDED, **new}, by_fingerprint)
+    old = identity_of(old, by_fingerprint)
+    new = identity_of(new, by_fingerprint)
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -196,12 +193,17 @@ class RunFolder:
 
     def finished(self) -> tuple[dict | None, str | None]:
         """(results, None) for a finished intact run, (None, why) for a damaged one (results.json
-        unreadable, samples.jsonl not the file it was written with), (None, None) for none."""
+        unreadable, samples.jsonl not the file it was written with), (None, None) for none. A finished
+        run of another format version (or of none) is OtherSettings: never read as this one."""
         if not self.final.exists():
             return None, None
         try:
             results = load_results(self.final)
             verify_run(self.final, results)
+        except OtherFormat as err:
+            wrote = [f"written by {err.use}"] if err.use else []
+            raise OtherSettings(self.final, [err.about(RESULTS_FILE), *wrote],
+                                what=IN_ANOTHER_FORMAT) from None
         except RunFormatError as err:
             return None, str(err)
         return results, None
@@ -213,8 +215,14 @@ class RunFolder:
         """True when this run is already finished with the same identity (skip it). A finished run
         with another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
         complete). A damaged finished
-        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so."""
-        done, damage = self.finished()
+        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so. One
+        in another format version is as one with other settings (replaced with ``force``)."""
+        try:
+            done, damage = self.finished()
+        except OtherSettings:
+            if not force:
+                raise
+            done, damage = {}, None  # finished, unread: replaced below as any finished run is with force
         if done is None:
             if damage and not force:
                 aside = damaged_folder(self.final, f"{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
@@ -312,21 +320,25 @@ FIXES = {
              "folder to run it again.",
 }
 
+IN_ANOTHER_FORMAT = "a finished run in another format"  # OtherSettings' ``what`` for one (store.record)
+
 # How each command's user runs a finished (skipped) run again, for its "skipped" line.
 REDO = {"run": "--force to redo", "sweep": "remove its folder to redo", "track": "remove its folder to redo"}
 
 
 class OtherSettings(UserError):
-    """A finished run with another identity where a run would go; the one message for it, with the fix
-    of the command in use (FIXES: ``softeval run``, ``tune`` and ``eval`` by default)."""
+    """A finished run with another identity where a run would go (``what``: or in another format, which
+    is never read as this one); the one message for it, with the fix of the command in use (FIXES:
+    ``softeval run``, ``tune`` and ``eval`` by default)."""
 
-    def __init__(self, final: Path, diff: list[str], command: str = "run"):
-        self.final, self.diff, self.command = final, diff, command
-        super().__init__(f"a finished run with other settings is at {final} ({'; '.join(diff)}). {FIXES[command]}")
+    def __init__(self, final: Path, diff: list[str], command: str = "run",
+                 what: str = "a finished run with other settings"):
+        self.final, self.diff, self.command, self.what = final, diff, command, what
+        super().__init__(f"{what} is at {final} ({'; '.join(diff)}). {FIXES[command]}")
 
     def said_by(self, command: str) -> OtherSettings:
         """The same refusal, with the fix of ``command`` (a key of FIXES)."""
-        return OtherSettings(self.final, self.diff, command)
+        return OtherSettings(self.final, self.diff, command, self.what)
 
 
 def _size(n: int) -> str:

@@ -29,7 +29,7 @@ SERIES_KEYS = {"name", "series", "checkpoints", "warm_start", "warm_steps", "kin
                *SWEEP_OPTIONS}
 WARM_STARTS = ("previous", "none")
 # A warm-started soft prompt tunes for a third of `steps` (rounded up) unless `warm_steps` says otherwise.
-# Measured on the synthetic trained series (benchmarks/bench_warm_start.py, docs/sweeps.md "Series"):
+# Measured on the synthetic trained series (bench_warm_start.py at a1bd43a, docs/sweeps.md "Series"):
 # warm starts of 10 steps reached the held-out format and final loss of fresh 30-step starts at every
 # checkpoint; 5 steps reached the format but not the loss.
 WARM_STEPS_FRACTION = 3
@@ -148,7 +148,8 @@ def model_entry(entry: Any, where: str, here: Path) -> ModelEntry:
             if not is_number(value) or not 0 <= value < math.inf:
                 raise UserError(f"{at}: resources.{key} must be a finite number >= 0, not {shown(value)}")
         resources = replace(resources, **{k: float(v) for k, v in given.items()})
-        if resources.cpus == 0 and not (resources.gpus or 0) > 0:  # Ray: an actor reserving 0 CPUs is bounded by nothing else
+        # Ray: an actor reserving 0 CPUs is bounded by nothing else
+        if resources.cpus == 0 and not (resources.gpus or 0) > 0:
             raise UserError(f"{at}: resources.cpus 0 reserves no CPU, so nothing bounds how many workers run at once: "
                             "give cpus > 0 (or gpus > 0, which then bounds them)")
         if resources.gpus is not None and resources.gpus > 1 and resources.gpus != int(resources.gpus):
@@ -164,7 +165,8 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
     if "series" in entry and (not isinstance(given, str) or not given.strip()):
         raise UserError(f"{where}: 'series' must name a folder of checkpoints, not {shown(given)}")
     if "name" in entry and (not isinstance(entry["name"], str) or not entry["name"].strip()):
-        raise UserError(f"{where}: a series' 'name' must be text (quote it if it is a number), not {shown(entry['name'])}")
+        raise UserError(f"{where}: a series' 'name' must be text (quote it if it is a number), "
+                        f"not {shown(entry['name'])}")
     name = entry.get("name", Path(given.rstrip("/")).name if given else None)
     if not isinstance(name, str) or not name.strip():
         raise UserError(f"{where}: a series given as 'checkpoints' needs a 'name'")
@@ -177,7 +179,8 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
     warm_steps = entry.get("warm_steps")
     if warm_steps is not None and (not is_whole(warm_steps) or warm_steps < 1):
         raise UserError(f"{at}: warm_steps must be a whole number >= 1, not {shown(warm_steps)}")
-    base = model_entry({k: v for k, v in entry.items() if k in MODEL_KEYS and k != "name"} | {"name": name}, where, here)
+    base = model_entry({k: v for k, v in entry.items() if k in MODEL_KEYS and k != "name"} | {"name": name},
+                       where, here)
     return [replace(base, name=str(resolve(here, str(c.path))), label=f"{name}@{c.step}", series=name, step=c.step,
                     warm_start=warm == "previous", warm_steps=warm_steps, options=dict(base.options))
             for c in checkpoints]

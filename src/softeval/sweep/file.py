@@ -20,6 +20,7 @@ import yaml
 
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
+from softeval.lm.softprompt import init_from
 from softeval.protocol import ADAPTER_WEIGHTS, METHODS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
 from softeval.run.pipeline import run_folder
@@ -60,7 +61,7 @@ class SweepJob:
         source = run_folder(self.warm_from.config, "soft-prompt")[0].final / SOFT_PROMPT_FOLDER
         if not (source / ADAPTER_WEIGHTS).is_file():
             return None
-        return replace(self.config, init=f"from:{source}")
+        return replace(self.config, init=init_from(source))
 
     @property
     def method(self) -> str:
@@ -139,7 +140,8 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
         if isinstance(entry, dict) and ("series" in entry or "checkpoints" in entry):
             checkpoints = series_entries(entry, where, here)
             if checkpoints[0].series in series_names:
-                raise UserError(f"{where}: two series are named {shown(checkpoints[0].series)}: give each a distinct 'name'")
+                raise UserError(f"{where}: two series are named {shown(checkpoints[0].series)}: "
+                                "give each a distinct 'name'")
             series_names.append(checkpoints[0].series)
             models += checkpoints
         else:
@@ -182,7 +184,8 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
         final = run_folder(job.config, job.method)[0].final
         if final in seen:
             other = seen[final].model
-            raise UserError(f"{where}: models {shown(other.label)} and {shown(job.model.label)} would write the same run "
+            raise UserError(f"{where}: models {shown(other.label)} and {shown(job.model.label)} "
+                            "would write the same run "
                             f"folders ({final.parent.parent.parent.name}/...): give one folder another name, "
                             "list the model once, or use two sweeps with different out folders")
         seen[final] = job

@@ -5,7 +5,7 @@ A series is a folder of checkpoints named by their step (``checkpoint-1000/``, `
 number, or an explicit list of (path, step). Every checkpoint is scored as a model of its own (same run
 folders, same identity rules as ``softeval run``), with ``series`` and ``step`` recorded in results.json
 and the index. The rules here are pure functions of names, so they are tested exhaustively
-(tests/test_series.py) and shared by ``softeval sweep`` and ``softeval track``. Docs: docs/sweeps.md.
+(tests/sweep/test_series.py) and shared by ``softeval sweep`` and ``softeval track``. Docs: docs/sweeps.md.
 """
 
 from __future__ import annotations

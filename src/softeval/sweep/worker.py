@@ -19,6 +19,8 @@ from pathlib import Path
 from rich.console import Console
 
 from softeval.errors import UserError
+from softeval.lm.backends import close_engine
+from softeval.lm.models import LoadedModel
 from softeval.run import pipeline  # its functions looked up at call time: tests replace them
 from softeval.store.locking import Locked, describe
 from softeval.store.runs import OtherSettings
@@ -53,7 +55,7 @@ class SweepWorker:
     """Wrapped by ``ray.remote`` in the driver with the model's cpus / gpus / memory."""
 
     def __init__(self) -> None:
-        self.lm = None
+        self.lm: LoadedModel | None = None
         self.key: tuple | None = None
         self.load_failed: tuple | None = None  # (key, error) of the model that last failed to load
 
@@ -74,13 +76,13 @@ class SweepWorker:
                 return {"skipped": True, "seconds": 0.0, "pid": os.getpid()}
         except OtherSettings as err:
             return {"error": error_line(err.said_by(command)), "seconds": 0.0, "pid": os.getpid()}
-        # one loaded model (and with backend vllm one engine) for all the jobs of a model
+        # one loaded model (and, with a backend that keeps one, one engine) for all the jobs of a model
         key = (config.model, config.device, config.dtype, config.kind, config.backend,
-               tuple(sorted((config.vllm or {}).items())))
+               tuple(sorted((config.engine_args or {}).items())))
         loaded_in = None
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         if self.key != key:
-            pipeline.close_engine(self.lm)  # its processes and memory go before the next model loads
+            close_engine(self.lm)  # its processes and memory go before the next model loads
             self.lm, self.key = None, None
             gc.collect()
             if self.load_failed is not None and self.load_failed[0] == key:  # not loaded again for each job

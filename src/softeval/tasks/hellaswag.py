@@ -15,21 +15,17 @@ import re
 from softeval.errors import UserError
 from softeval.tasks.base import (
     Example,
-    Task,
     hub_splits,
-    lenient_letter,
     letter_gold,
-    match_exact,
+    multiple_choice,
     offline_held_out,
     render_mc,
     source_loader,
-    strict_letter,
 )
 from softeval.tasks.data import require_fields
 
 OFFLINE_FILE = "hf_datasets/hellaswag/none/validation/data-00000-of-00001.arrow"
 HUB = "Rowan/hellaswag"
-HELD_OUT_SEED = 1234
 HELD_OUT_TUNE = 1042  # 10,042 = 1,042 tuning + 9,000 scored
 
 
@@ -64,26 +60,15 @@ def cloze(example: Example) -> str:
     return example.fields.get("query") or example.fields["context"]
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
-load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, HELD_OUT_SEED), seed=HELD_OUT_SEED,
+load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE),
                      hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 
-TASK = Task(
+TASK = multiple_choice(
     name="hellaswag",
     description="HellaSwag commonsense sentence completion, 4 endings; strict: output starts with the letter",
     instruction="Choose the most plausible ending. Answer with the letter of the correct option.",
     render=render,
-    target=target,
-    strict=strict_letter,
-    lenient=lenient_letter,
-    match=match_exact,
     load=load,
-    stop=("\n",),
-    max_new_tokens=8,
-    multiple_choice=True,
     cloze=cloze,
 )

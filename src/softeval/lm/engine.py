@@ -1,0 +1,74 @@
+"""The engine interface: what generates a run's outputs, whichever backend (``--backend``) runs it.
+
+An ``Engine`` takes token-id prompts (already templated by the caller) and an optional soft prompt, and
+gives back a ``Generation``: each greedy output cut at the first stop string or end marker,
+whether it ran out of ``max_new_tokens``, and with ``first_ids`` the log-probabilities of those tokens (a
+multiple-choice item's letters) as the first new one. Every backend keeps that contract: the same stop
+rule, the same decoding, texts and ``hit_limit`` that mean the same, so a run's files have one schema.
+``record`` is what results.json's ``engine`` says of it; ``close`` frees what it holds.
+
+Two engines are built in: ``backends.HfEngine`` (softeval's own loop on the transformers model,
+``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one
+and what it checks before a model loads; the registry of backends by name is
+``backends.BACKENDS`` (docs/backends.md, "Adding a backend"). Log-likelihoods and tuning are not an
+engine's: they stay on the transformers model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from softeval.lm.batching import Progress
+
+HF = "hf"  # the backend of softeval's own engine, and the default
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What ``generate`` gives, per sequence in the caller's order: ``texts`` (each output, cut at the
+    first stop string or end marker), ``hit_limit`` (whether it ran out of ``max_new_tokens`` before
+    a stop string or EOS ended it: the output may be cut off), ``target_nll`` (with ``targets``:
+    the summed negative log-likelihood of its target; else None) and ``first_logprobs`` (with
+    ``first_ids``, on either engine: the log-probability of each of those tokens as the first new one;
+    else None)."""
+
+    texts: list[str]
+    hit_limit: list[bool]
+    target_nll: list[float] | None = None
+    first_logprobs: list[list[float]] | None = None
+
+
+class Engine(Protocol):
+    """What generates a run's outputs (``backends.HfEngine``, ``vllm_engine.VllmEngine``)."""
+
+    def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
+                 max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
+                 first_ids: Sequence[list[int]] | None = None) -> Generation:
+        """Greedy continuation of each token-id prompt (``soft``: the soft prompt's vectors
+        [num_virtual_tokens, hidden_size], placed as ``softprompt.layout_inputs`` places them), cut at the
+        first of ``stop``, the model's end markers and EOS, at most ``max_new_tokens``; ``first_ids``: per
+        prompt, the tokens whose log-probabilities as the first new token ``Generation.first_logprobs``
+        holds. Results in the caller's order; ``progress(n)`` told of each ``n`` prompts done."""
+        ...
+
+    def record(self) -> dict:
+        """What results.json's ``engine`` holds: ``{"backend": NAME, ...}`` and whatever else tells how it
+        generated (vLLM: its version, its engine arguments and CPU settings)."""
+        ...
+
+    def close(self) -> None:
+        """Free what the engine holds (processes, memory); it generates no more."""
+        ...
+
+
+class Names(Protocol):
+    """How the user wrote the options, for a backend's messages (``run.config.Spelling``): ``--vllm-arg``
+    and ``--backend vllm`` on the command line, ``'vllm'`` and ``backend: vllm`` in a sweep file."""
+
+    def key(self, key: str) -> str: ...
+
+    def setting(self, key: str, value: object) -> str: ...
