@@ -4,9 +4,12 @@ moved to the option."""
 
 from __future__ import annotations
 
+import pytest
 from tiny import tiny_lm
 
-from softeval.run.prompting import Prompter, encode_pair
+from softeval.errors import UserError
+from softeval.run.config import SWEEP_FILE
+from softeval.run.prompting import Prompter, encode_pair, use_chat_template
 
 
 def test_cloze_few_shot_puts_solved_cloze_shots_first_without_the_letter_instruction(tmp_path, toymc):
@@ -38,3 +41,13 @@ def test_options_are_encoded_jointly_with_the_context():
     assert ctx == [ord(c) for c in "Answer:"] and cont == [1000]
     ctx, cont = encode_pair(Merging(), "x", " yB")
     assert ctx == [ord("x")] and cont == [ord(" "), ord("y"), ord("B")]
+
+
+def test_chat_template_on_without_a_template_names_the_option_as_the_user_wrote_it():
+    lm = tiny_lm()
+    assert not lm.has_chat_template
+    with pytest.raises(UserError, match=r"^--chat-template on, but the tokenizer of .* has no chat template$"):
+        use_chat_template(lm, "on")
+    with pytest.raises(UserError, match=r"^chat_template: on, but the tokenizer of .* has no chat template$"):
+        use_chat_template(lm, "on", SWEEP_FILE)
+    assert use_chat_template(lm, "auto") is False and use_chat_template(lm, "off") is False

@@ -124,8 +124,8 @@ class Job:
             if cfg.tokens + 16 > lm.max_length:
                 raise UserError(f"{self.spelling.setting('tokens', cfg.tokens)} leaves no room for a prompt in the "
                                 f"{lm.max_length}-token context of {cfg.model}")
-            self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template), shots,
-                                      budget=max(16, lm.max_length - cfg.tokens - longest_target))
+            self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template, self.spelling),
+                                      shots, budget=max(16, lm.max_length - cfg.tokens - longest_target))
         return self._prompter
 
 

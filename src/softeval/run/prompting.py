@@ -20,15 +20,17 @@ from softeval.run.validate import check_methods, check_option
 from softeval.tasks.base import Example, Task
 
 
-def use_chat_template(lm: LoadedModel, setting: str) -> bool:
+def use_chat_template(lm: LoadedModel, setting: str, name: Spelling = COMMAND_LINE) -> bool:
     """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
-    silently for a base model. ``on`` without a template is an error."""
+    silently for a base model. ``on`` without a template is an error (naming the option as ``name``
+    spells it: a flag, or a sweep file's key)."""
     check_option("chat_template", setting)
     if setting == "off":
         return False
     if setting == "on":
         if not lm.has_chat_template:
-            raise UserError(f"--chat-template on, but the tokenizer of {lm.name} has no chat template")
+            raise UserError(f"{name.setting('chat_template', 'on')}, but the tokenizer of {lm.name} has no "
+                            "chat template")
         return True
     return lm.has_chat_template and lm.kind == POST_TRAINED  # auto
 
