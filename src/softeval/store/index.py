@@ -229,7 +229,7 @@ def _move_aside(out_root: Path) -> Path:
 
 def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None) -> list[dict[str, Any]]:
     """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet, or
-    one of an older format version (``_older``).
+    one of an older format version (``_current``).
 
     The index may be stale: a run whose results.json or samples.jsonl changed since it was indexed
     (size or mtime) is checked again, and dropped when it no longer passes (``on_skip(path, why)``
@@ -240,11 +240,12 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     out_root = Path(out_root)
     if out_root.is_dir() and write_refusal(out_root):
         return _fresh(out_root, _read_only_rows(out_root, on_skip), on_skip, writable=False)
-    if _unbuilt(out_root) or _older(out_root):
+    conn = _current(out_root)
+    if conn is None:
         for path, why in rebuild(out_root).skipped:
             if on_skip:
                 on_skip(path, why)
-    conn = connect(out_root)
+        conn = connect(out_root)
     try:
         rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
     finally:
@@ -252,17 +253,20 @@ def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None
     return _fresh(out_root, [dict(row) for row in rows], on_skip, writable=True)
 
 
-def _older(out_root: Path) -> bool:
-    """An index of an older format version (or of none): rebuilt from the folders by the listing, as a
-    missing one is. It is derived data, and every row it held comes back from the run folders that the
-    rebuild reads, so nothing is lost and nothing of the old format is read. One of a newer version is
-    not: connect refuses it (IndexOtherVersion), since it belongs to a newer softeval, which would rebuild
-    it again in turn, and only --rebuild, asked for, replaces it."""
+def _current(out_root: Path) -> sqlite3.Connection | None:
+    """The index, opened; None when there is none yet or it is of an older format version (or of none):
+    the listing then rebuilds it from the folders. It is derived data, and every row it held comes back
+    from the run folders that the rebuild reads, so nothing is lost and nothing of the old format is
+    read. One of a newer version is not rebuilt (IndexOtherVersion is raised): it belongs to a newer
+    softeval, which would rebuild it again in turn, and only --rebuild, asked for, replaces it."""
+    if _unbuilt(out_root):
+        return None
     try:
-        connect(out_root).close()
+        return connect(out_root)
     except IndexOtherVersion as err:
-        return err.found < INDEX_FORMAT_VERSION
-    return False
+        if err.found < INDEX_FORMAT_VERSION:
+            return None
+        raise
 
 
 def _read_only_rows(out_root: Path, on_skip) -> list[dict[str, Any]]:
