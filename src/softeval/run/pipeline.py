@@ -246,7 +246,7 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
-    found = versions()
+    found, text = versions(), jsonl_text(samples)  # text: samples.jsonl as finish writes it
     results = Results(  # results.json (its record: softeval.store.record), in the order it is written
         softeval_version=found["softeval"],
         model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
@@ -265,9 +265,9 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
         config=identity,
         versions=found, git=git_hash(),
         started_at=started, finished_at=now(), wall_seconds=round(time.time() - t0, 2),
-        **samples_digest(jsonl_text(samples)),  # of samples.jsonl as finish writes it
+        **samples_digest(text),  # every reader checks samples.jsonl against these
     ).as_json()
-    final = folder.finish(results, samples, curve)
+    final = folder.finish(results, text, curve)
     console.print(f"{method}: wrote {final}")
     return results
 

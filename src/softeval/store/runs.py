@@ -36,7 +36,6 @@ from softeval.store.format import (
     model_folder,
     partial_folder,
     replaced_folder,
-    samples_digest,
     seed_folder,
     verify_run,
 )
@@ -274,12 +273,11 @@ class RunFolder:
             write_json(marker, config)
         return self.partial
 
-    def finish(self, results: dict, samples: list[dict], curve: list[dict] | None = None) -> Path:
-        """Write the files into the partial folder, then rename it into place in one step."""
+    def finish(self, results: dict, samples_text: str, curve: list[dict] | None = None) -> Path:
+        """Write the files into the partial folder, then rename it into place in one step.
+        ``samples_text``: samples.jsonl (``jsonl_text``), whose digest ``results`` carries."""
         folder = self.start()
-        text = jsonl_text(samples)
-        write_text(folder / SAMPLES_FILE, text)
-        results.update(samples_digest(text))  # every reader checks samples.jsonl against these
+        write_text(folder / SAMPLES_FILE, samples_text)
         if curve is not None:
             write_jsonl(folder / CURVE_FILE, curve)
         for scratch in [*folder.glob(f"{TUNE_STATE}*"), folder / OUTPUTS_FILE]:  # resume state, superseded
