@@ -25,6 +25,7 @@ from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
+from softeval.tasks.digest import data_file_sha256, task_file_sha256
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
 # only ("eval"). Every option but those with sweep=False may also be set in a sweep file.
@@ -161,6 +162,9 @@ class RunConfig:
         data.pop("methods")
         if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
             data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
+        # what a task file and a data file hold, not only their names (tasks/digest.py)
+        digests = {"task_sha256": task_file_sha256(self.task), "source_sha256": data_file_sha256(self.source)}
+        data.update({key: digest for key, digest in digests.items() if digest is not None})
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
         if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
             data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))

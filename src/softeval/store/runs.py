@@ -112,6 +112,8 @@ def identity_diff(old: dict, new: dict) -> list[str]:
                 else f"those of {paths[0]}, which the run scored"
             return (f"{key}: the contents of checkpoint {paths[1]} differ from {was} "
                     f"({old[key][:12]}… -> {new[key][:12]}…)")
+        if key.endswith("_sha256") and isinstance(old.get(key), str) and isinstance(new.get(key), str):
+            return f"{key}: the contents differ ({old[key][:12]}… -> {new[key][:12]}…)"
         return f"{key}: {show(old, key)} -> {show(new, key)}"
 
     keys = list(new) + [k for k in old if k not in new]

