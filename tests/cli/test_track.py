@@ -2,6 +2,7 @@
 (conftest.trained_series), each soft prompt warm-started from the previous checkpoint's."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,7 +166,8 @@ def test_another_training_run_with_the_same_folder_names_is_refused_never_skippe
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps
 
 
-def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_series, tmp_path, capsys):
+def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_series, tmp_path, capsys,
+                                                                       monkeypatch):
     from softeval.cli.app import build_parser
     from softeval.cli.track import track_spec
 
@@ -174,11 +176,15 @@ def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_s
     args = build_parser().parse_args([*base, "--backend", "vllm", "--vllm-arg", "max_model_len=1024"])
     spec = track_spec(args)
     assert spec["backend"] == "vllm" and spec["vllm"] == {"max_model_len": 1024}
-    sweep = parse_sweep(spec, tmp_path / "track", where="softeval track", command="track")
+    sweep = parse_sweep(spec, tmp_path / "track", where="softeval track", command="track", local=False)
     assert {(j.config.backend, tuple(j.config.vllm.items())) for j in sweep.jobs} == {
         ("vllm", (("max_model_len", 1024),))}
     assert main([*base, "--vllm-arg", "max_model_len=1024"]) == 2  # the run's own refusal, before any model loads
     assert capsys.readouterr().err.strip().endswith("--vllm-arg sets vLLM's engine; add --backend vllm")
+    # Ray on this machine runs the workers here: without vLLM, `softeval run`'s refusal before Ray starts
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as where it is not installed
+    assert main([*base, "--backend", "vllm"]) == 2
+    assert "--backend vllm needs vLLM, which is not installed" in capsys.readouterr().err
 
 
 def test_track_passes_on_every_option_a_sweep_file_may_set(tmp_path):

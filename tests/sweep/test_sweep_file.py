@@ -3,9 +3,12 @@ key given twice is refused, each as one line and exit 2 of `softeval sweep --dry
 
 from __future__ import annotations
 
+import sys
+
 from userfiles import one_line_error
 
 from softeval import cli
+from softeval.sweep import driver
 from softeval.sweep.file import load_sweep
 
 
@@ -23,3 +26,21 @@ def test_the_sweep_file_loader_keeps_refusing_repeated_keys(tmp_path, capsys):
     assert "key 'steps' is given twice (line 5)" in one_line_error(capsys)
     path.write_text("out: out\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nsteps: 5\n")
     assert load_sweep(path).jobs[0].config.steps == 5
+
+
+def test_backend_vllm_without_vllm_is_refused_before_ray_starts_in_the_file_s_spelling(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Issue 41: `backend: vllm` where vLLM does not import passed --dry-run and a real sweep started Ray, then
+    failed in the worker naming --backend vllm. Ray on this machine (no --address) runs the workers here:
+    `softeval run`'s refusal, before Ray starts; on a cluster (--address) each worker checks its own."""
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as where it is not installed
+    path = tmp_path / "sweep.yaml"
+    path.write_text("out: out\nmodels: [gemma-3-270m]\ntasks: [mmlu]\nmethods: [zero-shot]\nbackend: vllm\n")
+    started = []
+    monkeypatch.setattr(driver, "_connect", lambda address: started.append(address))
+    assert cli.main(["sweep", str(path)]) == 2 and not started
+    err = one_line_error(capsys)
+    assert "backend: vllm needs vLLM, which is not installed" in err and "--backend" not in err
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "backend: vllm needs vLLM" in one_line_error(capsys)
+    assert load_sweep(path, local=False).jobs[0].config.backend == "vllm"

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, local=args.address is None)
     if args.dry_run:
         print_plan(table_console(), sweep, plan(sweep))
         return 0

@@ -64,7 +64,8 @@ def track_spec(args: argparse.Namespace) -> dict:
 def cmd_track(args: argparse.Namespace) -> int:
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
-    sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track", command="track")
+    sweep = parse_sweep(track_spec(args), Path.cwd() / "track", where="softeval track", command="track",
+                        local=args.address is None)
     if args.dry_run:
         print_plan(table_console(), sweep, plan(sweep))
         return 0

@@ -58,17 +58,18 @@ def quiet_expected_warnings() -> None:
                             category=FutureWarning)
 
 
-def import_vllm():
-    """The ``vllm`` module, or a UserError naming the install command (what failed to import, too)."""
+def import_vllm(given: str = "--backend vllm"):
+    """The ``vllm`` module, or a UserError naming the install command (what failed to import, too);
+    ``given``: the backend as the user chose it (``--backend vllm``, a sweep file's ``backend: vllm``)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the run's own output
     quiet_expected_warnings()
     try:
         import vllm
     except ImportError as err:
-        raise UserError(f"--backend vllm needs vLLM, which is not installed or does not import ({err}): "
+        raise UserError(f"{given} needs vLLM, which is not installed or does not import ({err}): "
                         f"{INSTALL}") from None
     except Exception as err:  # noqa: BLE001 - a wheel built for another torch fails with anything
-        raise UserError(f"--backend vllm: vLLM is installed but does not import ({type(err).__name__}: "
+        raise UserError(f"{given}: vLLM is installed but does not import ({type(err).__name__}: "
                         f"{err}); {INSTALL}") from None
     return vllm
 
@@ -142,10 +143,10 @@ def bound_problem(key: str, value: object) -> str | None:
     return None
 
 
-def installed_platform() -> str:
+def installed_platform(given: str = "--backend vllm") -> str:
     """The device the installed vLLM runs on (``cpu``, ``cuda`` ...; ``none`` where it names none), or a
     UserError naming the install where vLLM does not import."""
-    import_vllm()
+    import_vllm(given)
     from vllm.platforms import current_platform
 
     return current_platform.device_type or "none"
@@ -202,7 +203,7 @@ def check(model: str, device: str | None, engine_args: dict | None, name: Names)
         check_engine_args_here(engine_args, name.key("vllm"))
         return
     kind = "cuda" if device.startswith("cuda") else device
-    platform = installed_platform()
+    platform = installed_platform(name.setting("backend", "vllm"))
     if kind != platform:
         raise UserError(f"{name.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
                         f"{shown(platform)}; install {BUILDS.get(kind, 'a vLLM build for it')}, or "

@@ -95,7 +95,8 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
                  on_worker: tuple[str, ...] = ()) -> None:
     """Every option of a RunConfig; the first bad one is a UserError. ``model_given``: the caller passes
     a loaded model, so ``cfg.model`` is only a label. ``on_worker``: options checked where the run
-    runs, not here (a sweep's driver checks only the device's name and leaves ``out`` to each worker)."""
+    runs, not here (a sweep's driver checks only the device's name and leaves ``out`` to each worker, and
+    on a cluster leaves the ``backend``'s checks on the device to them)."""
     check_methods(cfg.methods, name)
     for key in OPTIONS:
         check_option(key, getattr(cfg, key), name)
@@ -110,7 +111,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
         check_out(cfg.out)
     if not model_given:
         check_model_name(cfg.model)
-    check_backend(cfg, name, on_device="device" not in on_worker)
+    check_backend(cfg, name, on_device="backend" not in on_worker)
     if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
         raise UserError(f"a series must have a name, not {shown(cfg.series)}")
     if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):

@@ -87,15 +87,15 @@ class Sweep:
         return [(m.name, m.post_trained) for m in self.models if m.post_trained]
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file; every mistake is one UserError naming the file."""
+def load_sweep(path: str | Path, local: bool = True) -> Sweep:
+    """Read and check a sweep file; every mistake is one UserError naming the file. ``local``: parse_sweep."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"sweep file not found: {path}")
     if not path.is_file():
         raise UserError(f"sweep file {path} is not a file")
     spec = read_yaml(path, f"sweep file {path}", _StrictLoader)  # bounded safe_load, no repeated keys
-    return parse_sweep(spec, path)
+    return parse_sweep(spec, path, local=local)
 
 
 class _StrictLoader(BoundedLoader):
@@ -117,9 +117,12 @@ class _StrictLoader(BoundedLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = "sweep") -> Sweep:
+def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = "sweep",
+                local: bool = True) -> Sweep:
     """``path``: the file (relative paths in it are relative to its folder); ``where``: how errors
-    name it (default: 'sweep file PATH'); ``command``: ``sweep`` or ``track`` (Sweep.command)."""
+    name it (default: 'sweep file PATH'); ``command``: ``sweep`` or ``track`` (Sweep.command);
+    ``local``: the workers run on this machine (Ray started here, no ``--address``), so the backend is
+    checked here as `softeval run` checks it (vLLM installed for the device), before Ray starts."""
     where = where or f"sweep file {path}"
     if not isinstance(spec, dict):
         raise UserError(f"{where}: expected a mapping with models, tasks and out")
@@ -162,7 +165,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
                                        out=str(out), kind=model.kind, series=model.series, step=model.step,
                                        **options)
                     _check_config(config, f"{where}, model {model.label}, task {task.name}",
-                                  COMMAND_LINE if command == "track" else SWEEP_FILE)
+                                  COMMAND_LINE if command == "track" else SWEEP_FILE, local)
                     job = SweepJob(model, config, len(jobs))
                     if method == "soft-prompt" and model.series is not None:
                         key = (model.series, task.name, seed)
@@ -191,12 +194,13 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
         seen[final] = job
 
 
-def _check_config(config: RunConfig, where: str, name: Spelling) -> None:
+def _check_config(config: RunConfig, where: str, name: Spelling, local: bool) -> None:
     """The checks of `softeval run`, on the driver, naming each option as the user wrote it (a sweep
     file's key, or `softeval track`'s flag: ``name``). The device and the output root are the
     workers': only the device's name is checked here (the driver of a GPU cluster may have none), and
-    ``out`` is probed from the driver and each worker."""
+    ``out`` is probed from the driver and each worker. The backend is checked on this machine's device
+    when the workers run here (``local``), else what can be checked away from them."""
     try:
-        check_config(config, name=name, on_worker=("device", "out"))
+        check_config(config, name=name, on_worker=("device", "out") + (() if local else ("backend",)))
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
