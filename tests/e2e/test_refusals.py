@@ -118,6 +118,25 @@ def test_out_pointing_at_a_file(toy, tmp_path, capsys):
     assert file.read_text() == "x"
 
 
+def test_out_inside_a_run_folder_is_refused(toy, tmp_path, capsys):
+    """Issue 41: --out inside a finished run's folder wrote a second model tree and an index there, which
+    neither the integrity check nor `softeval runs` saw."""
+    from runfactory import write_run
+
+    run = write_run(tmp_path / "base", "smollm2-135m-instruct", "mmlu", "zero-shot", [True, False])
+    for out in (run, run / "below" / "deeper"):
+        line = refused(run_args(out), capsys)
+        assert line == (f"error: --out {out} is inside a run folder ({run}): give an output root outside it, "
+                        f"such as the one that holds it ({tmp_path / 'base'})")
+    partial = tmp_path / "base/m/t/zero-shot/seed1.partial"
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_text("{}")
+    assert "is inside a run folder" in refused(run_args(partial / "x"), capsys)
+    assert sorted(p.name for p in run.iterdir()) == ["results.json", "samples.jsonl"]
+    with pytest.raises(ModelLoad):  # a folder named like one, but holding no run, is a folder
+        cli.main(run_args(tmp_path / "seed3", "--device", "cpu"))
+
+
 def test_good_options_reach_the_model_load(toy, tmp_path):
     with pytest.raises(ModelLoad):
         cli.main(run_args(tmp_path, "--lr", "0.1", "--steps", "2", "--limit", "3", "--device", "cpu"))

@@ -30,7 +30,7 @@ from softeval.lm.softprompt import (
 )
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
-from softeval.store.format import write_refusal
+from softeval.store.format import run_folder_around, write_refusal
 
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
@@ -108,7 +108,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     check_device(cfg.device, name, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:
-        check_out(cfg.out)
+        check_out(cfg.out, name)
     if not model_given:
         check_model_name(cfg.model)
     check_backend(cfg, name, on_device="backend" not in on_worker)
@@ -217,7 +217,8 @@ def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True
 
 
 def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
-    """The output root must be a folder (or not exist yet) under folders this user can write."""
+    """The output root must be a folder (or not exist yet) under folders this user can write, and not
+    inside a run folder (store.format.run_folder_around)."""
     if not isinstance(out, str) or not out.strip():
         raise UserError(f"{name.key('out')} must name a folder")
     path = Path(out)
@@ -230,6 +231,10 @@ def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
                 raise UserError(f"{given}: {parent} is a file, not a folder")
             break
     existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    run = run_folder_around(existing.resolve())
+    if run is not None:
+        root = f", such as the one that holds it ({run.parents[3]})" if len(run.parents) > 3 else ""
+        raise UserError(f"{given} is inside a run folder ({run}): give an output root outside it{root}")
     why = write_refusal(existing)
     if why:
         raise UserError(f"{given}: cannot write under {existing} ({why})")

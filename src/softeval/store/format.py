@@ -321,6 +321,16 @@ def check_run(out_root: Path, run_dir: Path, keep_samples: bool = False) -> Run:
                samples=samples if keep_samples else None)
 
 
+def run_folder_around(path: Path) -> Path | None:
+    """The run folder (``seed<N>`` holding results.json, or its ``.partial`` holding config.json) that
+    ``path`` is or lies inside, or None: an output root there would nest run folders in a run."""
+    for folder in (path, *path.parents):
+        if SEED_FOLDER.match(folder.name.removesuffix(PARTIAL_SUFFIX)) and \
+                any((folder / name).is_file() for name in (RESULTS_FILE, CONFIG_FILE)):
+            return folder
+    return None
+
+
 def write_refusal(folder: Path) -> str | None:
     """Why no file can be created in an existing ``folder`` ('read-only file system', 'permission
     denied'), or None. Tried with an unnamed temporary file, not judged by mode bits (root writes through
