@@ -134,7 +134,7 @@ def test_a_regex_that_backtracks_for_ever_makes_the_item_unscorable_not_a_stall(
     monkeypatch.setattr(custom, "REGEX_SECONDS", 0.05)
     rows = [{"question": f"{a}?", "answer": str(a)} for a in range(10)]
     spec = {"data": "rows.jsonl", "answer_field": "answer", "prompt": "{{ question }}",
-            "answer_regex": r"(.*,){12}P", "lenient_regex": r"(.*,){12}Q"}
+            "answer_regex": r"(.*,){12}P", "lenient_regex": r"(.*,){12}Q", "target": "," * 12 + "P"}
     task = load_task_file(write_task(tmp_path, spec, rows))
     example = task.load().eval[0]
     t0 = time.perf_counter()

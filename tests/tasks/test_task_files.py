@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from userfiles import FAST, GOOD_SPEC, WORDS, write_spec
@@ -40,3 +41,21 @@ def test_property_task_file_loader(tmp_path, changes):
             task.match(task.lenient(output, example), example)
     except UserError:
         pass
+
+
+def test_a_target_that_fails_its_own_answer_regex_is_refused_naming_the_first_row(tmp_path):
+    """Issue 41: docs/tasks.md says the target must pass answer_regex; a task file whose target cannot was
+    accepted, and a soft prompt would have been tuned toward text that never counts as formatted."""
+    spec = {**GOOD_SPEC, "answer_regex": r"^ The capital is (\w+)\.$"}
+    with pytest.raises(UserError) as refused:
+        load_task_file(write_spec(tmp_path, spec)).load()
+    assert str(refused.value) == (f"{tmp_path / 'rows.jsonl'}: row 0: the target ' K0' does not pass answer_regex "
+                                  "'^ The capital is (\\\\w+)\\\\.$', so a soft prompt tuned toward it could never "
+                                  "count as formatted: change target or answer_regex")
+    task = load_task_file(write_spec(tmp_path, {**spec, "target": " The capital is {{ gold }}."}))
+    example = task.load().eval[0]
+    assert task.strict(task.target(example), example) == example.gold
+    mc = {"data": "rows.jsonl", "prompt": "{{ country }}", "answer_field": "capital",
+          "options_field": ["capital", "country"], "target": " Answer: {{ gold }}"}
+    with pytest.raises(UserError, match="does not pass the strict letter format"):  # multiple choice, no regex
+        load_task_file(write_spec(tmp_path, mc)).load()

@@ -160,6 +160,7 @@ def load_task_file(path: str | Path) -> Task:
     cloze_t = _template(path, spec, "cloze_prompt") if spec.get("cloze_prompt") is not None else prompt
     instruction = spec.get("instruction", "")
     strict_re, lenient_re = _regex(path, spec, "answer_regex"), _regex(path, spec, "lenient_regex")
+    strict = partial(_extract, strict_re) if strict_re is not None else strict_letter
     split_rule = _split_rule(path, spec.get("split") or {})
     options_field = spec.get("options_field")
     multiple_choice = options_field is not None
@@ -203,11 +204,13 @@ def load_task_file(path: str | Path) -> Task:
         example = Example(id=ident, fields=dict(row), gold=gold, aliases=aliases, options=options)
         templates = [("prompt", prompt), ("target", target_t)] \
             + ([("cloze_prompt", cloze_t)] if multiple_choice else [])
+        rendered = {}
         for name, template in templates:
             try:
-                template.render(_variables(example))
+                rendered[name] = template.render(_variables(example))
             except Exception as err:  # noqa: BLE001 (a user's template: any failure is theirs, named by row)
                 raise UserError(f"{where}: row {index}: the {name} template cannot be filled ({err})") from None
+        _check_target(rendered["target"], strict, example, f"{where}: row {index}")
         return example
 
     def read(data: str, skip_bad_rows: bool, relative: bool = True) -> tuple[list[Example], int]:
@@ -233,7 +236,7 @@ def load_task_file(path: str | Path) -> Task:
         instruction=str(instruction),
         render=lambda e: prompt.render(_variables(e)),
         target=lambda e: target_t.render(_variables(e)),
-        strict=partial(_extract, strict_re) if strict_re is not None else strict_letter,
+        strict=strict,
         lenient=_lenient(lenient_re, strict_re, matcher, multiple_choice),
         match=match_exact if multiple_choice else match_number if matcher == "numeric" else match_any,
         load=load,
@@ -252,6 +255,20 @@ def prompt_cue(prompt: str) -> str:
     syntax), e.g. ``A:`` of ``Q: {{ question }}\nA:``; else none."""
     head, newline, last = prompt.rstrip(" ").rpartition("\n")
     return last.strip() if newline and last.strip() and "{" not in last and head.strip() else ""
+
+
+def _check_target(target: str, strict, example: Example, where: str) -> None:
+    """The tuning target must pass the strict extractor (``answer_regex``, or the option letter): a soft prompt
+    tuned toward text that never counts as formatted would measure nothing."""
+    try:
+        passes = strict(target, example) is not None
+    except Unscorable:
+        passes = False
+    if not passes:
+        rule = f"answer_regex {shown(strict.args[0].pattern)}" if isinstance(strict, partial) \
+            else "the strict letter format (the output starts with the option letter)"
+        raise UserError(f"{where}: the target {shown(target)} does not pass {rule}, so a soft prompt tuned "
+                        "toward it could never count as formatted: change target or answer_regex")
 
 
 def _convert(row: dict, index: int, *, to_example, where: str) -> Example:
