@@ -25,3 +25,15 @@ def test_a_run_config_of_the_wrong_type_is_refused_before_it_runs(tmp_path, toy,
     with pytest.raises(UserError, match=message):
         run_job(config, lm=tiny_lm())
     assert not (tmp_path / "out").exists()
+
+
+def test_methods_given_as_one_string_is_refused_naming_the_field(tmp_path, toy):
+    """Issue 41: RunConfig(methods="zero-shot") was refused as "unknown method 'z'"."""
+    config = toy_config(tmp_path / "out", methods="zero-shot")
+    message = "RunConfig's methods is a list or tuple of methods, not str 'zero-shot': e.g. methods=('zero-shot',)"
+    with pytest.raises(UserError) as refused:
+        run_job(config, lm=tiny_lm())
+    assert str(refused.value) == message
+    with pytest.raises(UserError, match=r"not set \{'few-shot'\}: e.g. methods=\('zero-shot', 'few-shot', "):
+        check_config(toy_config(tmp_path / "out", methods={"few-shot"}), model_given=True)
+    assert not (tmp_path / "out").exists()

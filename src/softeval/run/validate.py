@@ -81,7 +81,13 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
 
 
 def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
-    """The methods of a run: one or more of protocol.METHODS, each once."""
+    """The methods of a run: one or more of protocol.METHODS, each once. Only the library can give them as
+    something else than a list (the command line and a sweep file make one), so that error names
+    RunConfig's field."""
+    if isinstance(methods, str) or not isinstance(methods, (list, tuple)):
+        example = f"methods=({shown(methods)},)" if methods in METHODS else f"methods={METHODS!r}"
+        raise UserError(f"RunConfig's methods is a list or tuple of methods, not {type(methods).__name__} "
+                        f"{shown(methods)}: e.g. {example}")
     if not methods:
         raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
     for method in methods:
