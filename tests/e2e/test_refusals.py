@@ -247,6 +247,26 @@ def test_unreadable_data_file_through_source_is_one_line(tmp_path, capsys, name,
     no_partial(tmp_path / "out")
 
 
+def test_a_data_path_that_is_a_folder_or_a_fifo_says_what_it_is(tmp_path, capsys):
+    """Issue 41: a data path that exists but is a folder or a FIFO was 'data file not found'."""
+    import os
+
+    folder, fifo = tmp_path / "d.jsonl", tmp_path / "p.jsonl"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    for path, what in ((folder, "a folder"), (fifo, "a named pipe (FIFO)")):
+        line = refused(run_args(tmp_path / "out", "--source", str(path), task="mmlu"), capsys)
+        assert line == f"error: --source {path} is {what}, not a file (give offline, hub or a data file)"
+        task = tmp_path / "t.yaml"
+        task.write_text(yaml.safe_dump({"data": path.name, "prompt": "{{ q }}", "answer_field": "a",
+                                        "answer_regex": "(.*)"}))
+        line = refused(run_args(tmp_path / "out", task=str(task)), capsys)
+        assert line == f"error: data file {path} is {what}, not a file"
+    (tmp_path / "dir.yaml").mkdir()
+    assert refused(run_args(tmp_path / "out", task=str(tmp_path / "dir.yaml")), capsys) == \
+        f"error: task file {tmp_path / 'dir.yaml'} is a folder, not a file"
+
+
 def test_non_utf8_task_data_file(tmp_path, capsys):
     (tmp_path / "rows.jsonl").write_bytes(BAD_BYTES)
     task = tmp_path / "t.yaml"

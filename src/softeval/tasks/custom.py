@@ -36,7 +36,7 @@ from softeval.tasks.base import (
     normalize_number,
     strict_letter,
 )
-from softeval.tasks.data import convert_rows, read_local, require_fields
+from softeval.tasks.data import convert_rows, missing_file, read_local, require_fields
 from softeval.tasks.gsm8k import lenient as lenient_last_number
 from softeval.tasks.qa import f1_max, lenient_contains, match_any
 from softeval.yamlfile import read_yaml
@@ -67,8 +67,8 @@ def _fail(path: Path, problem: str) -> UserError:
 
 
 def read_spec(path: Path) -> dict:
-    if not path.is_file():
-        raise UserError(f"task file not found: {path}")
+    if error := missing_file(path, "task file"):
+        raise error
     spec = read_yaml(path, f"task file {path}")
     if not isinstance(spec, dict):
         raise _fail(path, "must be a mapping of settings (see docs/tasks.md)")

@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import random
+import stat
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -95,12 +96,35 @@ def read_csv(path: Path) -> list[dict]:
         raise UserError(f"{path}: not a readable CSV file ({err})") from None
 
 
+def file_problem(path: str | Path) -> str | None:
+    """Why ``path`` is no file to read ('not found', 'is a folder', 'is a named pipe (FIFO)' ...), or None for
+    a regular file (a link to one included). Never opens it: a FIFO would block the read."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return "not found"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return "is " + next((kind for test, kind in kinds if test(mode)), "not a regular file") + ", not a file"
+
+
+def missing_file(path: str | Path, what: str) -> UserError | None:
+    """The one error for a ``what`` (data file, task file) that is no regular file: ``data file not found:
+    PATH``, ``data file PATH is a folder, not a file``; None for a regular file."""
+    problem = file_problem(path)
+    if problem is None:
+        return None
+    return UserError(f"{what} not found: {path}" if problem == "not found" else f"{what} {path} {problem}")
+
+
 def read_local(path: str | Path) -> list[dict]:
     """Rows of a local jsonl / json / csv / parquet / arrow file; a file that cannot be read as its
     suffix says is a UserError naming it."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"data file not found: {path}")
+    if error := missing_file(path, "data file"):
+        raise error
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz")):
         return read_jsonl(path)
