@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import reprlib
 import sys
@@ -10,6 +11,15 @@ from typing import TextIO
 SHOWN_CHARS = 120  # the most an error echoes of a value the user gave (``shown``)
 _REPR = reprlib.Repr()  # its limits set one by one: Python 3.11's Repr takes no arguments
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 2, SHOWN_CHARS, SHOWN_CHARS, SHOWN_CHARS
+
+
+def did_you_mean(given: str, choices, quote: bool = True) -> str:
+    """`` (did you mean 'limit'?)`` for the choice closest to a mistyped ``given``, or ''; the one rule for
+    typos in a sweep file's keys and on the command line."""
+    close = difflib.get_close_matches(str(given), sorted(str(c) for c in choices), n=1)
+    if not close:
+        return ""
+    return f" (did you mean {repr(close[0]) if quote else close[0]}?)"
 
 
 class UserError(Exception):

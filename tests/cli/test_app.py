@@ -32,3 +32,30 @@ def test_tasks_listing_with_a_non_utf8_source_names_the_problem(tmp_path, capsys
     assert {r["name"] for r in rows} >= {"mmlu", "gsm8k"}
     assert all("not UTF-8 text" in r["note"] for r in rows
                if r["name"] != "belebele" or "file" in r["sources"])
+
+
+def _refused(argv: list[str], capsys) -> str:
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_typos_on_the_command_line_name_the_closest_right_word_and_their_command(capsys):
+    """Issue 41: `softeval rn` listed the choices without a suggestion, `--modle X` was reported as
+    'required: --model', and `--lmit 2` pointed at `softeval --help`; a sweep file's keys already suggested."""
+    assert "invalid choice: 'rn'" in (line := _refused(["rn"], capsys)) and "(did you mean 'run'?)" in line
+    assert _refused(["run", "--modle", "X", "--task", "mmlu"], capsys) == (
+        "error: softeval run: unrecognized option --modle (did you mean --model?) (see softeval run --help)")
+    assert _refused(["run", "--model", "x", "--task", "mmlu", "--lmit", "2"], capsys) == (
+        "error: softeval run: unrecognized option --lmit (did you mean --limit?) (see softeval run --help)")
+    assert "--chat-template: invalid choice: 'of'" in (line := _refused(
+        ["eval", "--model", "x", "--task", "mmlu", "--chat-template", "of"], capsys)) and "did you mean 'off'" in line
+    assert _refused(["run", "--model", "x", "--task", "mmlu", "stray"], capsys) == (
+        "error: softeval run: unrecognized arguments: stray (see softeval run --help)")
+    # an abbreviation argparse accepts is no typo; a missing option with nothing mistyped is still named
+    assert _refused(["run", "--mod", "x"], capsys) == (
+        "error: softeval run: the following arguments are required: --task (see softeval run --help)")

@@ -17,7 +17,7 @@ from softeval.analysis.verdict import verdicts
 from softeval.cli import analysis, sweep, track
 from softeval.cli.options import add_options
 from softeval.consoles import table_console
-from softeval.errors import UserError, print_error
+from softeval.errors import UserError, did_you_mean, print_error
 from softeval.lm.models import PRESETS, load_model, preset_installed
 from softeval.metrics import top_answer
 from softeval.protocol import METHODS, METRICS
@@ -28,9 +28,41 @@ from softeval.tasks import TASKS
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a bad argument is one plain line on stderr (exit 2), like every other user error."""
+    """argparse, but a bad argument is one plain line on stderr (exit 2), like every other user error, and a
+    mistyped command, choice or option is named with the closest right one (``errors.did_you_mean``; Python
+    3.11's argparse has no suggest_on_error) by the (sub)command it belongs to."""
+
+    _given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:  # said here, by the command they were given to (its --help), not by `softeval`
+            self.error(self._unrecognized(extras))
+        return namespace, extras
+
+    def _check_value(self, action, value):
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as err:
+            raise argparse.ArgumentError(action, err.message + did_you_mean(value, action.choices)) from None
+
+    def _unknown_options(self, given: list[str]) -> list[str]:
+        """The ``--name`` arguments that are none of this command's options (nor the start of one)."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        names = [a.partition("=")[0] for a in given if a.startswith("--") and len(a) > 2]
+        return [n for n in names if not any(o.startswith(n) for o in known)]
+
+    def _unrecognized(self, extras: list[str]) -> str:
+        unknown = self._unknown_options(extras)
+        if not unknown:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        return f"unrecognized option {unknown[0]}{did_you_mean(unknown[0], known, quote=False)}"
 
     def error(self, message: str):
+        if message.startswith("the following arguments are required") and self._unknown_options(self._given):
+            message = self._unrecognized(self._given)  # `--modle X`: the typo, not the --model it left out
         print_error(f"{self.prog}: {message} (see {self.prog} --help)")
         sys.exit(2)
 

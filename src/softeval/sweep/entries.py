@@ -5,7 +5,6 @@ The file as a whole and its jobs are sweep/file.py's."""
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_data_file, is_number, is_whole
-from softeval.errors import UserError, shown
+from softeval.errors import UserError, did_you_mean, shown
 from softeval.lm.models import check_model_name
 from softeval.protocol import KINDS
 from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS
@@ -76,8 +75,7 @@ class TaskEntry:
 def check_keys(entry: dict, allowed: set[str], where: str) -> None:
     for key in entry:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(sorted(allowed))})"
+            hint = did_you_mean(key, allowed) or f" (allowed: {', '.join(sorted(allowed))})"
             raise UserError(f"{where}: unknown key '{key}'{hint}")
 
 
