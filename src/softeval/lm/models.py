@@ -22,6 +22,7 @@ from safetensors import SafetensorError
 
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
+from softeval.lm.loadbars import bars_only_on_a_terminal
 from softeval.packaged import package_dir, require_package_dir
 from softeval.protocol import BASE, KINDS, POST_TRAINED
 
@@ -171,8 +172,9 @@ def _from_pretrained(source: str, gguf_file: str | None, dtype: torch.dtype, dev
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: slow to import; only a load needs it
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs, **_not_mistral_kwargs(source))
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=device_map, **kwargs)
+    with bars_only_on_a_terminal():
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs, **_not_mistral_kwargs(source))
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, device_map=device_map, **kwargs)
     return model, tokenizer
 
 
