@@ -23,6 +23,13 @@ def table_console(stderr: bool = False) -> Console:
     return console if console.is_terminal else Console(stderr=stderr, width=PIPE_WIDTH)
 
 
+def message_console() -> Console:
+    """The console a command's messages go to (stderr): as rich draws them on a terminal; in a log file or a
+    pipe each message is one line, never wrapped mid-sentence at rich's assumed 80 columns."""
+    console = Console(stderr=True)
+    return console if console.is_terminal else Console(stderr=True, soft_wrap=True)
+
+
 def progress_bar(console: Console) -> Progress:
     """A bar with its count, the time spent and the time left (scoring, tuning), kept when done."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from softeval.consoles import progress_bar
+from softeval.consoles import message_console, progress_bar
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
 from softeval.lm import loglik, memory
@@ -163,7 +163,7 @@ def run_job(config: RunConfig, console: Console | None = None, lm: LoadedModel |
     skipped. ``command``: the command the job belongs to (run, sweep, track), for how its messages say
     to redo a run (runs.REDO).
     """
-    console = console or Console(stderr=True)
+    console = console or message_console()
     job = Job(config, console, _lm=lm, spelling=SWEEP_FILE if command == "sweep" else COMMAND_LINE)
     job.prepare()
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from softeval.analysis.compare import MIN_PAIRS, compare_runs, load_runs
+from softeval.consoles import message_console
 from softeval.errors import UserError, shown
 from softeval.run import pipeline
 from softeval.run.config import SWEEP_FILE
@@ -88,7 +89,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
               console: Console | None = None, on_event=None) -> SweepResult:
     """Run every unfinished job; ``on_event(kind, state, worker_info)`` is called on each change
     (library use and tests: 'running', 'done', 'failed', 'retry')."""
-    console = console or Console(stderr=True)
+    console = console or message_console()
     started = time.time()
     states = plan(sweep)
     view = SweepView(console, states, on_event)
