@@ -92,15 +92,19 @@ def kind_label(kind: str | None, source: str | None) -> str:
     return f"{kind} ({KIND_SOURCES.get(source, source)})" if source else kind
 
 
+NO_ANSWER = "no answer"
+
+
 def top_answer(results: dict, sep: str = " ") -> str | None:
     """The most frequent strict answer of a run and its share, e.g. ``"B 46/50"``: a label prior
-    shows as one answer for most items. ``"none"`` stands for "no answer found"; None when the
-    run has no strict answer to count (no items)."""
+    shows as one answer for most items. ``NO_ANSWER`` stands for "no answer found" (not ``none``, which a
+    reader takes for an answer, and is one in some tasks); None when the run has no strict answer to count
+    (no items)."""
     top = (results.get("answers") or {}).get("strict") or []
     if not top:
         return None
     answer, count = top[0]
-    label = "none" if answer is None else (answer if len(answer) <= 12 else answer[:11] + "…")
+    label = NO_ANSWER if answer is None else (answer if len(answer) <= 12 else answer[:11] + "…")
     return f"{label}{sep}{count}/{results['n']}"
 
 

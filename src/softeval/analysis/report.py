@@ -94,7 +94,7 @@ def _metric_row(r: Run, metrics: list[str]) -> dict[str, Any]:
     kind = kind_label(r.model_kind, r.results.get("model_kind_source"))
     return {"task": r.task, "model": r.model, "kind": kind, "method": r.method, "seed": r.seed,
             "n": str(r.results.get("n", "")), "metrics": [r.metric(m) for m in metrics],
-            "top": top_answer(r.results) or "–"}
+            "top": (top_answer(r.results, sep="\n") or "–").split("\n")}  # the answer above its share
 
 
 def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) -> list[dict[str, Any]]:
