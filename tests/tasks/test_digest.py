@@ -3,6 +3,8 @@ reads, or the --source file's bytes; None for what names no file of the user's."
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 
 import pytest
@@ -54,4 +56,27 @@ def test_a_source_file_digest_is_its_bytes(tmp_path):
     first = data_file_sha256(str(data))
     data.write_text(json.dumps(ROWS[1]) + "\n")
     assert data_file_sha256(str(data)) != first
-    assert data_file_sha256(str(tmp_path)) != data_file_sha256(str(data))  # a folder: digested as no file
+    assert data_file_sha256(str(data)) == hashlib.sha256(data.read_bytes()).hexdigest()  # as sha256sum says
+    assert data_file_sha256(str(tmp_path)) is None  # a folder: no data file (the run refuses it first)
+
+
+def test_a_same_size_edit_within_one_clock_tick_is_seen_and_an_old_file_is_read_once(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from softeval.tasks import digest
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"capital": "K1"}\n')
+    first = data_file_sha256(str(data))
+    stamp = data.stat().st_mtime_ns
+    data.write_text('{"capital": "K2"}\n')  # same size, same inode
+    os.utime(data, ns=(stamp, stamp))  # and the same modified time, as within one tick of a coarse clock
+    assert data_file_sha256(str(data)) != first
+    later = time.time_ns() + 10 * digest.RECENT_NS  # the file was changed long ago: read once per version
+    monkeypatch.setattr(digest.time, "time_ns", lambda: later)
+    reads = []
+    real = digest._file_sha256.__wrapped__
+    monkeypatch.setattr(digest, "_file_sha256", functools.lru_cache(
+        lambda path, version: reads.append(path) or real(path, version)))
+    assert data_file_sha256(str(data)) == data_file_sha256(str(data)) != first and len(reads) == 1
