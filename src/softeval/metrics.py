@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 Z95 = 1.959963984540054
+FOLLOWS_FORMAT = 0.90  # a format_rate of at least this: the model follows the format (tuning curve, verdicts)
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
@@ -108,7 +109,8 @@ def top_answer(results: dict, sep: str = " ") -> str | None:
     return f"{label}{sep}{count}/{results['n']}"
 
 
-def first_step_reaching(curve: Sequence[dict], key: str = "format_rate", level: float = 0.9) -> int | None:
+def first_step_reaching(curve: Sequence[dict], key: str = "format_rate",
+                        level: float = FOLLOWS_FORMAT) -> int | None:
     """The first logged step whose ``key`` is at least ``level`` (None if never)."""
     for point in curve:
         value = point.get(key)

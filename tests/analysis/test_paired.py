@@ -1,18 +1,23 @@
-"""Paired tests between methods (softeval.analysis.paired, compare): McNemar's exact p and Newcombe's
-paired interval on hand-made tables, and `softeval compare` reporting them for runs without pairs."""
+"""Paired tests between methods (softeval.analysis.paired, compare): McNemar's exact p and Tango's
+paired score interval on hand-made tables, its width, coverage and agreement with the p beside it, and
+`softeval compare` reporting them for runs without pairs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from runfactory import demo_runs
 from scipy.stats import binomtest
 
 from softeval.analysis.compare import load_runs, paired_method_tests
-from softeval.analysis.paired import mcnemar_exact, paired_difference_interval, paired_test
+from softeval.analysis.paired import _tango_statistic, mcnemar_exact, paired_difference_interval, paired_test
 from softeval.cli import analysis as cli_analysis
+from softeval.metrics import Z95
 
 
 def test_mcnemar_p_equals_scipy_on_a_hand_made_table():
@@ -28,11 +33,103 @@ def test_mcnemar_p_equals_scipy_on_a_hand_made_table():
     assert mcnemar_exact(0, 0) == 1.0
 
 
-def test_paired_interval_is_newcombes_and_excludes_zero_only_for_a_clear_difference():
+def test_paired_interval_is_tangos_and_excludes_zero_only_for_a_clear_difference():
     low, high = paired_difference_interval(10, 2, 2, 10)
     assert low < 0 < high and high == pytest.approx(-low)
     low, high = paired_difference_interval(30, 0, 25, 45)  # B right on 25 more items of 100
     assert low > 0
+
+
+def test_paired_interval_matches_the_published_example():
+    """Fagerland, Lydersen and Laake's contingencytables, Tango's interval on Cavo et al. (2012): 6 and
+    16 discordant pairs of 161, estimate -0.0621, 95% interval -0.1240 to -0.0054 (their p1 - p2 is
+    our A - B, so the signs turn round). McNemar's exact p there is 0.052: the interval clears 0 and
+    the exact test does not, the one way the two may part."""
+    low, high = paired_difference_interval(59, 16, 6, 80)
+    assert (round(low, 4), round(high, 4)) == (-0.1240, -0.0054)
+    assert round(mcnemar_exact(16, 6), 6) == 0.052479
+
+
+def test_paired_interval_never_collapses_when_every_pair_agrees():
+    """Newcombe's method 10 gave [0, 0] here (the same 5 of 10 right under both; a --limit 2 run with
+    one item right under both): Tango's has width +-z^2/(n + z^2)."""
+    for both, neither in ((5, 5), (1, 1), (0, 2), (2, 0), (0, 1), (30, 0)):
+        n = both + neither
+        low, high = paired_difference_interval(both, 0, 0, neither)
+        half = Z95**2 / (n + Z95**2)
+        assert low == pytest.approx(-half, abs=1e-9) and high == pytest.approx(half, abs=1e-9)
+    assert paired_difference_interval(5, 0, 0, 5)[1] > 0.27
+
+
+def test_paired_interval_ends_are_where_the_score_test_rejects():
+    """The interval inverts McNemar's score test: at each end the statistic is exactly -+z."""
+    for both, a_only, b_only, neither in ((3, 1, 4, 2), (0, 0, 1, 0), (20, 3, 11, 6), (0, 5, 0, 0)):
+        n = both + a_only + b_only + neither
+        low, high = paired_difference_interval(both, a_only, b_only, neither)
+        if low > -1:
+            assert _tango_statistic(b_only, a_only, n, low) == pytest.approx(Z95, abs=1e-6)
+        if high < 1:
+            assert _tango_statistic(b_only, a_only, n, high) == pytest.approx(-Z95, abs=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(0, 40), st.integers(0, 40))
+def test_paired_interval_has_width_and_holds_its_estimate(both, a_only, b_only, neither):
+    n = both + a_only + b_only + neither
+    if n == 0:
+        assert paired_difference_interval(0, 0, 0, 0) == (None, None)
+        return
+    test = paired_test("a", "b", *_outcomes(both, a_only, b_only, neither))
+    assert -1 <= test.ci_low <= test.difference <= test.ci_high <= 1
+    assert test.ci_high - test.ci_low > 0.03  # above 0.07 at any n below 100; never 0
+    # the interval clears 0 exactly when McNemar's asymptotic test rejects, and the exact one never
+    # rejects where the interval does not clear 0
+    clear = test.ci_low > 0 or test.ci_high < 0
+    discordant = a_only + b_only
+    assert clear == (discordant > 0 and abs(b_only - a_only) / math.sqrt(discordant) > Z95)
+    if test.p_value < 0.05:
+        assert clear
+
+
+def _outcomes(both: int, a_only: int, b_only: int, neither: int) -> tuple[dict, dict]:
+    cells = [(1, 1)] * both + [(1, 0)] * a_only + [(0, 1)] * b_only + [(0, 0)] * neither
+    return ({str(i): bool(x) for i, (x, _) in enumerate(cells)}, {str(i): bool(y) for i, (_, y) in enumerate(cells)})
+
+
+def test_mcnemar_exact_rejects_only_where_the_interval_clears_zero():
+    """For every split of up to 300 discordant items, at any n: exact p < 0.05 implies the score
+    statistic at 0, (b - a) / sqrt(a + b), is beyond z, which is where the interval clears 0. The p
+    rises with the smaller count, so the split that just rejects is the one to check."""
+    for discordant in range(6, 301):  # below 6 the exact test never rejects
+        low, high = 0, discordant // 2  # the largest smaller count whose p is below 0.05
+        assert mcnemar_exact(0, discordant) < 0.05 <= mcnemar_exact(high, discordant - high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if mcnemar_exact(mid, discordant - mid) < 0.05 else (low, mid)
+        assert _tango_statistic(discordant - low, low, 1000, 0.0) > Z95
+    assert mcnemar_exact(0, 5) > 0.05
+
+
+def _coverage(n: int, p_a_only: float, p_b_only: float) -> float:
+    """The exact probability that the interval holds the true difference, summed over every table of n
+    pairs (Tango's interval depends on the discordant counts and n only)."""
+    true, rest, total = p_b_only - p_a_only, 1 - p_a_only - p_b_only, 0.0
+    for a_only in range(n + 1):
+        for b_only in range(n + 1 - a_only):
+            chance = (math.comb(n, a_only) * math.comb(n - a_only, b_only) * p_a_only**a_only
+                      * p_b_only**b_only * rest ** (n - a_only - b_only))
+            low, high = paired_difference_interval(n - a_only - b_only, a_only, b_only, 0)
+            total += chance * (low - 1e-9 <= true <= high + 1e-9)
+    return total
+
+
+def test_paired_interval_keeps_its_coverage_at_small_n():
+    """docs/knowledge.md's coverage table: over a grid of discordant probabilities the 95% interval
+    holds the true difference 95% of the time or more on average, never below 94%, at n = 10 and 20."""
+    grid = [(a, b) for a in (0.02, 0.05, 0.1, 0.2, 0.3) for b in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)]
+    for n in (10, 20):
+        cover = [_coverage(n, a, b) for a, b in grid]
+        assert min(cover) >= 0.94 and sum(cover) / len(cover) >= 0.95
 
 
 def test_compare_reports_paired_tests_without_pairs(tmp_path, capsys):

@@ -1,8 +1,8 @@
 """What a run's numbers mean, in words: one verdict per comparison of two methods on one model and task.
 
-A verdict reads the paired test (McNemar's exact p, Newcombe's interval for the difference), the
+A verdict reads the paired test (McNemar's exact p, Tango's score interval for the difference), the
 format_rate of both methods, the treated method's most frequent answer against the gold answers' and
-the format-free reference of the zero-shot run, and picks the first rule of ``RULES`` that holds.
+the format-free reference of the zero-shot run, and picks the first rule that holds (``judge``).
 The rules, their thresholds and why they say what they say are in docs/knowledge.md ("Verdicts"); a
 difference whose interval touches 0 or whose p is 0.05 or more never reads as a change.
 """
@@ -16,17 +16,18 @@ from typing import Any
 
 from softeval.analysis.compare import PairedRow, first_runs, paired_method_tests
 from softeval.analysis.paired import PairedTest
-from softeval.metrics import Z95
+from softeval.metrics import FOLLOWS_FORMAT, Z95
 from softeval.store.format import Run
 
 ALPHA = 0.05  # a difference counts when McNemar's p is below this AND its 95% interval excludes 0
-FOLLOWS_FORMAT = 0.90  # a baseline with at least this format_rate already followed the format
 FORMAT_CHANGE = 0.10  # a format_rate change of at least this much is a change of format
 PRIOR_SHARE = 0.50  # one answer on at least this share of the items ...
-PRIOR_EXCESS = 0.20  # ... and this much above the gold answers' top share: a label prior
+PRIOR_EXCESS = 0.20  # ... and this much above the gold answers' top share: a label prior ...
+PRIOR_MIN_N = 16  # ... on at least this many items (docs/knowledge.md, "Verdicts": below it chance alone names one)
 DETECT = 0.05  # the smallest difference the "n would detect" sentence speaks of
 POWER = 0.80  # ... detected with this power at ALPHA
 Z_POWER = 0.8416212335729143  # the standard normal's 80% quantile
+SLACK = 1e-9  # thresholds hold at equality: 0.98 - 0.88 is 0.0999... in floats, 31/50 - 21/50 is 0.19999...
 
 # Soft-prompt against each prompting method; without a soft-prompt run, few-shot against zero-shot.
 PAIRS = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
@@ -95,12 +96,30 @@ def _p(p: float | None) -> str:
     return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
 
 
-def label_prior(side: Side) -> bool:
-    """One answer for most items, well beyond how often the commonest gold answer occurs."""
+def _at_least(value: float, threshold: float) -> bool:
+    return value >= threshold - SLACK
+
+
+def one_answer_dominates(side: Side) -> bool:
+    """One answer for at least PRIOR_SHARE of the items and PRIOR_EXCESS above the commonest gold
+    answer's share, at any n."""
     if side.top_answer is None or not side.n:
         return False
     share = side.top_count / side.n
-    return share >= PRIOR_SHARE and share >= side.gold_top_count / side.n + PRIOR_EXCESS
+    return _at_least(share, PRIOR_SHARE) and _at_least(share - side.gold_top_count / side.n, PRIOR_EXCESS)
+
+
+def label_prior(side: Side) -> bool:
+    """One answer dominates on at least PRIOR_MIN_N items: below that, chance alone makes one answer
+    dominate too often to call it a prior."""
+    return side.n >= PRIOR_MIN_N and one_answer_dominates(side)
+
+
+def own_prior(baseline: Side, treated: Side) -> bool:
+    """A label prior of the treated method that the baseline does not share: the same answer for most
+    items under both is the model's habit, not something the treated method learned."""
+    shared = label_prior(baseline) and baseline.top_answer == treated.top_answer
+    return label_prior(treated) and not shared
 
 
 def items_to_detect(test: PairedTest, difference: float) -> int:
@@ -112,42 +131,83 @@ def items_to_detect(test: PairedTest, difference: float) -> int:
     return math.ceil(root * root / (d * d))
 
 
+def format_move(baseline: Side, treated: Side) -> tuple[str, str] | None:
+    """How the treated method moved the format_rate, when it moved by FORMAT_CHANGE or more: ``fixed``
+    (up to FOLLOWS_FORMAT or beyond), ``raised`` (up, still below it), ``broke`` (down from a format
+    the model followed) or ``lowered`` (down otherwise); with its clause (its subject: the method)."""
+    f0, f1 = baseline.format_rate, treated.format_rate
+    if f0 is None or f1 is None:
+        return None
+    who = WHO.get(treated.method, treated.method)
+    if _at_least(f1 - f0, FORMAT_CHANGE):
+        if _at_least(f1, FOLLOWS_FORMAT):
+            return "fixed", f"{who} fixed the format ({f0:.2f} → {f1:.2f})"
+        return "raised", f"{who} raised the format from {f0:.2f} to {f1:.2f} but did not reach {FOLLOWS_FORMAT:.2f}"
+    if _at_least(f0 - f1, FORMAT_CHANGE):
+        if _at_least(f0, FOLLOWS_FORMAT):
+            return "broke", f"{who} broke a format the model followed: {f0:.2f} → {f1:.2f}"
+        return "lowered", f"{who} lowered the format from {f0:.2f} to {f1:.2f}"
+    return None
+
+
+def unclaimed(test: PairedTest) -> str:
+    """The accuracy clause where no change is claimed: true of the difference whatever its size."""
+    target = max(abs(test.difference or 0.0), DETECT)
+    need = items_to_detect(test, target) if test.n else 0
+    detect = ("no items" if not test.n else f"n ≈ {need} would detect {target:+.2f}" if test.n < need
+              else f"its {test.n} items would have detected {target:+.2f}, which needs n ≈ {need}")
+    if test.a_only == test.b_only:
+        return f"no difference in accuracy at this n ({detect})"
+    if test.ci_low is not None and test.ci_high is not None and (test.ci_low > 0 or test.ci_high < 0):
+        return (f"{test.difference:+.2f} in accuracy, its interval clear of 0 but McNemar's exact p "
+                f"{_p(test.p_value)}: too few discordant items to call it a change ({detect})")
+    return f"{test.difference:+.2f} in accuracy is within noise at this n ({detect})"
+
+
 def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
     """The rule that holds and its sentence (docs/knowledge.md, "Verdicts")."""
     who = WHO.get(treated.method, treated.method)
     up = test.p_value is not None and test.p_value < ALPHA and test.ci_low is not None and test.ci_low > 0
     down = test.p_value is not None and test.p_value < ALPHA and test.ci_high is not None and test.ci_high < 0
-    f0, f1 = baseline.format_rate, treated.format_rate
-    followed = f0 is not None and f0 >= FOLLOWS_FORMAT
-    format_rose = f0 is not None and f1 is not None and f1 - f0 >= FORMAT_CHANGE
+    f0 = baseline.format_rate
+    followed = f0 is not None and _at_least(f0, FOLLOWS_FORMAT)
+    kind, moved = format_move(baseline, treated) or (None, "")
     prior = ""
-    if label_prior(treated):
+    if own_prior(baseline, treated):
         prior = f"top answer {treated.top_answer} {treated.top_count}/{treated.n}"
         if treated.permutation_consistency is not None:
             prior += f", permutation consistency {treated.permutation_consistency:.2f}"
+    tail = f" ({prior}: a label prior)" if prior else ""
+    lower = f"{baseline.method} is the better prompt for this model and task"
+    if kind in ("broke", "lowered"):
+        if down:
+            return "format-broken", f"{moved}; it scored lower than {baseline.method}: {lower}"
+        if up:
+            return "format-broken", (f"{moved}; yet more answers are right ({test.difference:+.2f})"
+                                     + (f", mostly one answer ({prior}): not evidence of knowledge" if prior else ""))
+        return "format-broken", f"{moved}; {unclaimed(test)}{tail}"
     if up and prior:
         return "label-prior", (f"{who} mostly learned a label prior ({prior}): the gain of "
                                f"{test.difference:+.2f} is not evidence of knowledge")
-    if up and format_rose and not followed:
+    if up and kind == "fixed" and not followed:
         return "format-hid-knowledge", f"the format was hiding knowledge: {who} recovered it"
+    if up and kind == "raised":
+        return "format-hid-knowledge", (f"the format was hiding knowledge: {who} recovered some of it, raising "
+                                        f"the format from {f0:.2f} to {treated.format_rate:.2f} without reaching "
+                                        f"{FOLLOWS_FORMAT:.2f}")
     if up:
         return "better-answers", (f"{who} changed the answers, not only their format: more of them are right"
                                   + ("; the format was already followed" if followed else ""))
     if down:
-        return "worse", (f"{who} scored lower than {baseline.method}: {baseline.method} is the better prompt "
-                         "for this model and task")
-    target = max(abs(test.difference or 0.0), DETECT)
-    need = items_to_detect(test, target) if test.n else 0
-    detect = ("no items" if not test.n else f"n ≈ {need} would detect {target:+.2f}" if test.n < need
-              else f"its {test.n} items would have detected {target:+.2f}, which needs n ≈ {need}")
-    tail = f" ({prior}: a label prior)" if prior else ""
-    if format_rose:
-        return "format-only", (f"format fixed, knowledge unchanged: {who} taught the format but no more "
-                               f"answers are right at this n ({detect}){tail}")
+        return "worse", f"{who} scored lower than {baseline.method}: {lower}" + (f", though {moved}" if moved else "")
+    if kind == "fixed":
+        return "format-only", f"{moved}; {unclaimed(test)}{tail}"
+    if kind == "raised":
+        return "format-partial", f"{moved}; {unclaimed(test)}{tail}"
     if followed:
-        return "format-already-followed", (f"no difference at this n ({detect}): the model already followed the "
-                                           f"format ({f0:.2f}), so there was little for {who} to fix{tail}")
-    return "no-difference", f"no difference at this n ({detect}){tail}"
+        return "format-already-followed", (f"{unclaimed(test)}: the model already followed the format "
+                                           f"({f0:.2f}), so there was little for {who} to fix{tail}")
+    return "no-difference", f"{unclaimed(test)}{tail}"
 
 
 def side_of(run: Run) -> Side:

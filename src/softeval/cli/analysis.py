@@ -158,7 +158,7 @@ def _print_paired(console: Console, rows: list[PairedRow]) -> None:
     if not rows:
         return
     table = Table(title=f"soft-prompt against prompting on the same items ({rows[0].metric}): difference "
-                        "with 95% Newcombe interval, McNemar exact p")
+                        "with 95% Tango score interval, McNemar exact p")
     for col in ("task · model", "against", "n", "accuracy", "difference", "only / only", "p"):
         table.add_column(col, overflow="fold", justify="left" if col in ("task · model", "against") else "right")
     for row in rows:
