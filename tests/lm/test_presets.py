@@ -62,3 +62,23 @@ def test_softeval_prepare_refuses_an_unknown_name_before_preparing_any(fake_pres
     err = capsys.readouterr().err.strip()
     assert "unknown preset 'org/some-model'" in err and "smollm2-135m-instruct" in err and len(err.splitlines()) == 1
     assert reads == [] and not presets.prepared(preset)
+
+
+def test_one_gguf_reader_builds_a_files_reader_once_and_puts_the_class_back(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    writer.add_tensor("x", np.arange(4, dtype=np.float32).reshape(2, 2))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original = gguf.GGUFReader
+    with presets.one_gguf_reader():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and gguf.GGUFReader(path, "c") is not first
+        assert [t.name for t in first.tensors] == ["x"] and np.array_equal(first.tensors[0].data, [[0, 1], [2, 3]])
+    assert gguf.GGUFReader is original and gguf.GGUFReader(path) is not first

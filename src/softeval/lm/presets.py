@@ -12,6 +12,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,10 +191,42 @@ def prepare(preset: Preset, on_phase: Callable[[str], None] | None = None) -> di
 
 
 def _read_gguf(gguf: Path):
-    """transformers' reading of a GGUF file: the model dequantised to fp32 on the CPU, and its tokenizer."""
+    """transformers' reading of a GGUF file: the model dequantised to fp32 on the CPU, and its tokenizer,
+    with one ``gguf.GGUFReader`` for the file (``one_gguf_reader``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: slow to import; only preparing needs it
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    with one_gguf_reader():
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     return model, tokenizer
+
+
+@contextmanager
+def one_gguf_reader():
+    """While inside, ``gguf.GGUFReader`` of a file opened again is the reader built the first time.
+
+    transformers builds a reader three times for one model (its config, its tokenizer, its weights:
+    ``load_gguf_checkpoint``), and building one walks every element of every metadata field in Python:
+    Gemma-3's 262k-piece vocabulary is 2.4 million parts, most of a cold preparation's time (the profile
+    in BENCHMARKS.md, "The first run"). A reader only maps the file read-only and is not changed by
+    reading it, so one serves all three."""
+    try:
+        import gguf
+    except ImportError:  # transformers says what to install when it needs it
+        yield
+        return
+    original = gguf.GGUFReader
+    readers: dict = {}
+
+    def shared(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
