@@ -30,10 +30,12 @@ setup: $(BIN)/softeval
 
 # Main job: the packaged base model on real SQuAD items, where the answer format hides what the model
 # can read off the passage; all three methods, a table and a verdict in words at the end (README).
-# SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw.
+# SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw. Tuning in fp32 (--tune-dtype float32):
+# with bf16 tuning (auto on a CPU with AMX) seed 0 lost its verdict (BENCHMARKS.md, "bf16 tuning"), so the job
+# keeps the tuning its README verdicts were measured with until paired seeds decide.
 SEED ?= 0
 run: setup
-	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED)
+	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED) --tune-dtype float32
 
 # ruff (pyproject.toml), the layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
