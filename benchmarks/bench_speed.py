@@ -16,7 +16,9 @@ task YAML (written to a temp dir, reading the same items from a local JSONL), i.
 tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
 softeval = ``tuning_loss.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
-prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens.
+prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens; both on the
+weights ``softeval run`` tunes on (``--tune-dtype auto``: a bf16 copy where the device computes bf16 natively),
+and ``tune_mfu`` is against the matmul peak of that dtype.
 
 The tuning, generation and log-likelihood sections and the timing they share are in ``bench_speed_peers.py``
 beside this script; this one holds the modes, the targets, the ablations, the run and its report.

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from perf import Shape, matmul_peak, tuning_step_flops  # benchmarks/perf.py, beside this script
 
-from softeval.lm import batching, generation, loglik, memory, tuning_loss
+from softeval.lm import batching, generation, loglik, memory, precision, tuning_loss
 from softeval.lm.softprompt import SoftPrompt
 from softeval.run.scoring import score_output
 from softeval.run.tune import batches as tune_batches
@@ -133,15 +133,18 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
 
     soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
     opt = torch.optim.AdamW([soft.weight], lr=3e-2)
+    # what `softeval run` tunes on (--tune-dtype auto): the bf16 copy where the device computes bf16; PEFT gets
+    # the same weights, so the comparison is of the two tuning loops in one dtype
+    tuner = precision.for_tuning(lm, "auto")
 
     def se_step(batch, max_pass_tokens=None):
         opt.zero_grad(set_to_none=True)
-        loss = tuning_loss.target_loss_backward(lm, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
+        loss = tuning_loss.target_loss_backward(tuner, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
                                                 soft.weight, max_pass_tokens)
         opt.step()
         return loss
 
-    budget = memory.tuning_pass_tokens(lm)
+    budget = memory.tuning_pass_tokens(tuner)
 
     def pad_stats(p):  # real and padded tokens of the forward passes (a batch split as the engine splits it)
         real = sum(lengths(i) for b in p for i in b)
@@ -178,7 +181,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
         result["tune_split_gain"] = round(t_whole / t_plain, 3)
 
     # Phase 2: PEFT vs softeval, interleaved step by step, same batches (the seeded plan).
-    peft_model = get_peft_model(lm.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
+    peft_model = get_peft_model(tuner.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
     peft_opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=3e-2)
     pad = lm.pad_id
 
@@ -193,7 +196,8 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
             ids[r, :len(s)] = torch.tensor(s)
             mask[r, :len(s)] = 1
             labels[r, len(pairs[i][0]):len(s)] = torch.tensor(pairs[i][1])
-        out = peft_model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), labels=labels.to(lm.device))
+        out = peft_model(input_ids=ids.to(tuner.device), attention_mask=mask.to(tuner.device),
+                         labels=labels.to(tuner.device))
         peft_opt.zero_grad(set_to_none=True)
         out.loss.backward()
         peft_opt.step()
@@ -216,13 +220,13 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     result.setdefault("spread", {})["tune_speedup_vs_peft"] = ratios
     result["tune_steps_per_s"] = {"softeval": round(n / sum(t_se), 4), "peft": round(n / sum(t_peft), 4)}
     # tune_mfu: model FLOPs of softeval's steps (forward + activation backward over the real tokens)
-    # per second, against a square matmul's FLOP/s measured now, in the model's dtype (and the other).
+    # per second, against a square matmul's FLOP/s measured now, in the dtype tuning ran in (and the other).
     shape = Shape.of(lm.model.config)
     flops = sum(tuning_step_flops(shape, [(lengths(i) + n_tokens, len(pairs[i][1])) for i in b])
                 for b in plan[:n])
     peak = {name: matmul_peak(lm.device, dt, seconds=1.0) for name, dt in
             (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
-    dtype = str(next(lm.model.parameters()).dtype).replace("torch.", "")
+    dtype = precision.dtype_name(precision.model_dtype(tuner))
     achieved = flops / sum(t_se)
     result["tune_mfu"] = round(achieved / peak.get(dtype, peak["float32"]), 4)
     result["tune_flops"] = {"gflop_per_step": round(flops / n / 1e9, 1), "achieved_gflops": round(achieved / 1e9, 2),
@@ -231,8 +235,9 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
                  f"{achieved / 1e9:.1f} GFLOP/s, {dtype} matmul peak {peak.get(dtype, peak['float32']) / 1e9:.1f}"))
     peft_model.eval()
     base = peft_model.get_base_model()
-    peft_model = peft_opt = None  # drop the wrapper; the base model is kept
-    lm.model = base
+    peft_model = peft_opt = tuner = None  # drop the wrapper (and the bf16 copy); the base model is kept
+    if base.dtype == lm.model.dtype:
+        lm.model = base
     lm.model.eval()
     lm.model.requires_grad_(False)
     gc.collect()

@@ -7,6 +7,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# Tuning computes as on a CPU without bf16 arithmetic, whatever this host has (lm/precision.py), here and
+# in the processes the tests start; tests/lm/test_precision.py fakes the capability where it needs one.
+os.environ["SOFTEVAL_CPU_BF16"] = "0"
 
 
 def pytest_report_header(config):

@@ -8,7 +8,8 @@ from tiny import plain_target_loss
 
 from softeval import cli
 from softeval.lm import loglik, tuning_loss
-from softeval.lm.models import PRESETS, load_model, preset_installed
+from softeval.lm.models import load_model
+from softeval.lm.presets import PRESETS, preset_installed
 from softeval.packaged import package_dir
 
 pytestmark = [

@@ -16,7 +16,7 @@ import yaml
 
 from softeval import cli
 from softeval.lm import generation
-from softeval.lm.models import PRESETS, preset_installed
+from softeval.lm.presets import PRESETS, preset_installed
 from softeval.packaged import package_dir
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import run_job

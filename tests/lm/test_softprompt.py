@@ -105,7 +105,7 @@ def test_ranked_unigram_vocabulary_is_rebuilt_as_bpe():
     from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    from softeval.lm.models import bpe_from_ranked_unigram
+    from softeval.lm.presets import bpe_from_ranked_unigram
 
     pieces = ["<unk>", "▁", "c", "a", "p", "i", "t", "l", "ca", "ap", "it", "al", "cap", "ital", "capital", "▁capital"]
     # Scores are merge ranks: lower ids merge first, as in a GGUF converted from SentencePiece BPE.

@@ -96,7 +96,8 @@ BEFORE = {
 
 def packaged_lm(name: str):
     """A packaged model in fp32, or the test skips where it is not installed."""
-    from softeval.lm.models import PRESETS, load_model, preset_installed
+    from softeval.lm.models import load_model
+    from softeval.lm.presets import PRESETS, preset_installed
 
     if not preset_installed(PRESETS[name]):
         pytest.skip(f"{name} not installed")

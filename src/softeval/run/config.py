@@ -22,6 +22,7 @@ from typing import Any
 
 from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
+from softeval.lm.precision import TUNE_DTYPES
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
@@ -131,6 +132,10 @@ class RunConfig:
                               range=(0, 1_000_000), where=TUNING)
     length_group: int = option(int, 1, "regroup each window of this many tuning batches by length, less padding "
                                "(default 1: off)", range=(1, 1_000_000), where=TUNING)
+    tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: bfloat16 "
+                             "where the device computes it natively, CUDA with bf16 or a CPU with AVX512-BF16 or "
+                             "AMX, else the model's --dtype), float32 or bfloat16; the soft prompt and its optimizer "
+                             "stay float32, scoring keeps --dtype", choices=TUNE_DTYPES, where=TUNING)
     # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
     early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice's loss and "
                               "format_rate have plateaued; the step is recorded (default: %(default)s)",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from softeval.lm import generation, tuning_loss
+from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
 from softeval.metrics import first_step_reaching
@@ -57,6 +57,8 @@ class TuneConfig:
     # not improve on the best earlier point by EARLY_STOP_MIN_DELTA (relative) and its format_rate
     # did not move. Every curve point then also records ``held_out_loss``.
     early_stop: bool = RunConfig.early_stop
+    # the dtype of tuning's forward and backward (lm/precision.py); scoring keeps the run's dtype
+    tune_dtype: str = RunConfig.tune_dtype
 
     @classmethod
     def of(cls, run: RunConfig) -> TuneConfig:
@@ -184,6 +186,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     except InitRefused as refused:
         raise init_refusal(refused, name) from None
     optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
+    tuner = precision.for_tuning(lm, config.tune_dtype)  # lm, or its frozen copy in the tuning dtype
     plan = batches(len(train), config.batch_size, config.steps, config.seed)
     prompts = {}
     if config.length_group > 1:
@@ -212,7 +215,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
                 prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
         previous = soft.weight.detach().clone()
         optimizer.zero_grad(set_to_none=True)
-        loss = tuning_loss.target_loss_backward(lm, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
+        loss = tuning_loss.target_loss_backward(tuner, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
                                                 soft.weight, config.pass_tokens or None)
         if not math.isfinite(loss):
             stopped = f"loss became {loss} at step {step + 1}; kept the soft prompt of step {step}"
@@ -239,7 +242,9 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
         if on_step:
             on_step(point)
     return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
-                      stopped, earlier_seconds + time.time() - started, asdict(config), resumed_at, early)
+                      stopped, earlier_seconds + time.time() - started,
+                      {**asdict(config), "tune_dtype_ran": precision.dtype_name(precision.model_dtype(tuner))},
+                      resumed_at, early)
 
 
 def _stderr(message: str) -> None:

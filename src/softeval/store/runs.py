@@ -60,7 +60,7 @@ NOT_IDENTITY = (
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "soft_prompt",
+    **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt",
                      "soft_prompt_sha256"), ("soft-prompt",)),
     "shots": ("few-shot",),
 }
