@@ -31,6 +31,7 @@ from softeval.lm.softprompt import (
 from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import write_refusal
+from softeval.tasks.lmeval_bridge import is_lmeval
 
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
@@ -104,6 +105,9 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
         raise UserError(f"{name.key('source')} must be offline, hub or a data file")
     if is_data_file(cfg.source) and not Path(cfg.source).is_file():
         raise UserError(f"{name.setting('source', cfg.source)}: data file not found (give offline, hub or a data file)")
+    if cfg.include_path is not None and not is_lmeval(cfg.task):
+        raise UserError(f"{name.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
+                        "lm-eval:NAME, or leave it out")
     check_device(cfg.device, name, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:
