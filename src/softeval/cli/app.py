@@ -29,6 +29,7 @@ from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.pipeline import run_folder, run_job
 from softeval.store.format import Run
 from softeval.tasks import TASKS
+from softeval.tasks.lmeval_bridge import listing
 
 
 class Parser(argparse.ArgumentParser):
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="list tasks with their sources and split sizes")
     tasks.add_argument("--json", action="store_true")
     tasks.add_argument("--source", default="offline")
+    tasks.add_argument("--lm-eval", nargs="?", const="*", metavar="PATTERN",
+                       help="list lm-eval's tasks (a glob, or a word in the name) as --task lm-eval:NAME takes them")
+    tasks.add_argument("--include-path", metavar="DIR", help="with --lm-eval: also a folder of your own lm-eval YAMLs")
     tasks.set_defaults(handler=cmd_tasks)
 
     models = sub.add_parser("models", help="list model presets: installed?, kind, parameters")
@@ -199,10 +203,28 @@ def print_verdicts(config: RunConfig, results: list[dict]) -> None:
         console.print(Text(f"  {verdict.numbers()}", style="dim"))
 
 
+def _lm_eval_tasks(args) -> int:
+    """``softeval tasks --lm-eval [PATTERN]``: lm-eval's tasks matching PATTERN (lmeval_bridge.listing)."""
+    rows = listing(args.lm_eval, args.include_path)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"lm-eval tasks matching {args.lm_eval!r} ({len(rows)})")
+    columns = ("name", "kind", "output_type", "dataset", "offline")
+    for col in columns:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*("-" if r[c] is None else str(r[c]) for c in columns))
+    table_console().print(table)
+    return 0
+
+
 def cmd_tasks(args) -> int:
     """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (one in no
     package; an asset package missing) is still listed, with null sizes and a note saying why (and the
-    task's ``source_example``, where it has one)."""
+    task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
+    if args.lm_eval is not None:
+        return _lm_eval_tasks(args)
     rows = []
     for task in TASKS.values():
         row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,

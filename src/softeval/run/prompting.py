@@ -71,10 +71,16 @@ class Prompter:
     shots: list[Example]
     budget: int = 1 << 30  # most prompt tokens the model's context leaves room for
     truncated: set = field(default_factory=set)  # ids of items whose prompt was cut from the left
+    # the scored items: a task that renders its own prompts (Task.contexts) renders theirs together
+    items: list[Example] = field(default_factory=list)
+    _rendered: dict = field(default_factory=dict)  # (shots, item id) -> the task's own prompt
 
     def full_text(self, example: Example, method: str) -> str:
-        """The rendered prompt (instruction, shots, item; in the chat template when it is on)."""
+        """The rendered prompt (instruction, shots, item; in the chat template when it is on), or the
+        task's own (``Task.contexts``: the scored items' prompts rendered together, in one call)."""
         check_methods((method,))
+        if self.task.contexts is not None:
+            return self._own_text(example, len(self.shots) if method == "few-shot" else 0)
         shots = self.shots if method == "few-shot" else []
         return self._assemble(self.task.instruction, [(self.task.render(s), self.task.target(s)) for s in shots],
                               self.task.render(example))
@@ -97,6 +103,14 @@ class Prompter:
         if cue:
             turns.append({"role": "assistant", "content": cue})
         return chat_text(self.lm.tokenizer, instruction, turns)
+
+    def _own_text(self, example: Example, k: int) -> str:
+        if (k, example.id) not in self._rendered:
+            scored = {e.id for e in self.items}
+            group = self.items if example.id in scored else [example]
+            chat = source_chat(self.lm.tokenizer) if self.chat else None
+            self._rendered.update(((k, e.id), text) for e, text in zip(group, self.task.contexts(group, k, chat)))
+        return self._rendered[(k, example.id)]
 
     def text(self, example: Example, method: str) -> str:
         """The prompt the model reads: trailing spaces go to the answer (``encode_pair``), so the
@@ -149,6 +163,8 @@ class Prompter:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
         puts the shots before it in the same form, each with its gold option's text."""
         check_methods((method,))
+        if self.task.contexts is not None:
+            return self.full_text(example, method)
         solved = []
         for shot in self.shots if method == "few-shot" else []:
             texts, gold = self.task.cloze_options(shot)
@@ -182,6 +198,21 @@ def chat_text(tokenizer, instruction: str, turns: list[dict]) -> str:
     except TemplateError:
         first = {**turns[0], "content": instruction + "\n\n" + turns[0]["content"]}
         return render([first, *turns[1:]])
+
+
+def source_chat(tokenizer):
+    """The chat renderer a task that renders its own prompts is given (``Task.contexts``), as lm-eval's
+    HF model renders: ``render(messages, add_generation_prompt)``, the last assistant turn continued when
+    no generation prompt is added; a template that refuses a system role gets the messages without it."""
+    def render(messages: list[dict], add_generation_prompt: bool = True) -> str:
+        apply = partial(tokenizer.apply_chat_template, tokenize=False, add_generation_prompt=add_generation_prompt,
+                        continue_final_message=not add_generation_prompt)
+        try:
+            return apply(messages)
+        except TemplateError:
+            return apply([m for m in messages if m["role"] != "system"])
+
+    return render
 
 
 def end_of_answer_id(lm: LoadedModel, chat: bool) -> int | None:

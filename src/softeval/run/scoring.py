@@ -54,6 +54,9 @@ def score_output(task: Task, example: Example, output: str) -> dict:
     }
     if unscorable:
         sample["unscorable"] = True
+    item_metrics = task.extra.get("item_metrics")  # a task source's own per-item metrics (lm-eval's)
+    if item_metrics is not None:
+        sample["lm_eval"] = item_metrics(output, example)
     f1 = task.extra.get("f1")
     if f1 is not None:
         sample["f1"] = float(f1(strict, example))

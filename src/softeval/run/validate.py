@@ -32,6 +32,7 @@ from softeval.protocol import METHODS
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import run_folder_around, write_refusal
 from softeval.tasks.data import file_problem
+from softeval.tasks.lmeval_bridge import is_lmeval
 
 DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,3}))?")  # the device names torch understands
 
@@ -113,6 +114,9 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     if is_data_file(cfg.source) and (problem := file_problem(cfg.source)):
         said = ": data file not found" if problem == "not found" else f" {problem}"
         raise UserError(f"{name.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
+    if cfg.include_path is not None and not is_lmeval(cfg.task):
+        raise UserError(f"{name.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
+                        "lm-eval:NAME, or leave it out")
     check_device(cfg.device, name, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:

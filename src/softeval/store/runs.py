@@ -54,6 +54,7 @@ NOT_IDENTITY = (
     "wait",   # whether to wait for another process writing the run
     "series",  # a label: the checkpoint (its fingerprint, or its path: FINGERPRINT) is what is scored
     "step",    # the checkpoint's training step: a label of the model, like the series
+    "include_path",  # where lm-eval YAMLs lie; what the task's says is its config digest (config.LM_EVAL)
 )
 # Options that only some methods read: a run of any other method cannot depend on them, so they are
 # not part of its identity (new tuning settings do not make a finished zero-shot run another run).

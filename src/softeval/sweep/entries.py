@@ -193,7 +193,7 @@ def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
     check_keys(entry, TASK_KEYS, at)
     name = str(resolve(here, entry["name"])) if is_task_file(entry["name"]) else entry["name"]
     try:
-        get_task(name)
+        get_task(name, entry.get("include_path"))
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
     return TaskEntry(name, level_options(entry, at, here))

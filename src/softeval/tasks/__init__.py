@@ -9,6 +9,7 @@ from softeval.errors import UserError, shown
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
 from softeval.tasks.custom import is_task_file, load_task_file
+from softeval.tasks.lmeval_bridge import is_lmeval
 
 TASKS: dict[str, Task] = {t.name: t for t in (
     mmlu.TASK, gsm8k.TASK, math500.TASK, triviaqa.TASK, squad.TASK, arc.ARC_CHALLENGE, arc.ARC_EASY,
@@ -16,13 +17,19 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str, include_path: str | None = None) -> Task:
+    """A built-in task, a user task file, or ``lm-eval:NAME`` (an lm-eval task, found also in
+    ``include_path``'s YAMLs)."""
     if name in TASKS:
         return TASKS[name]
+    if is_lmeval(name):
+        from softeval.tasks.lmeval import lmeval_task  # lm-eval is imported only for such a task
+
+        return lmeval_task(name, include_path)
     if is_task_file(name):
         return load_task_file(name)  # a path that is no file: its one error (data.missing_file)
     raise UserError(f"unknown task {shown(name)}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
-                    "them), or give a task file (.yaml/.yml/.json, see docs/tasks.md)")
+                    "them), a task file (.yaml/.yml/.json, see docs/tasks.md), or lm-eval:NAME (an lm-eval task)")
 
 
 __all__ = ["TASKS", "Example", "Splits", "Task", "get_task"]

@@ -95,6 +95,10 @@ class Task:
     # A source beyond offline, hub and a file path, shown with the task's sources where another one was
     # asked for (``softeval tasks``): Belebele's ``hub:fra_Latn`` (a language by its config name); "": none.
     source_example: str = ""
+    # The whole prompts of items as the task's own source renders them (lm-eval's ``fewshot_context``):
+    # ``contexts(examples, k, chat)`` -> one text per example with ``k`` shots, ``chat`` the chat template
+    # renderer or None. Set: softeval assembles no prompt (instruction, shots, cue are the source's).
+    contexts: Callable[[Sequence[Example], int, Callable | None], list[str]] | None = None
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""

@@ -1,0 +1,218 @@
+"""``lm-eval:NAME``: an lm-evaluation-harness task run by softeval with lm-eval's own prompts, shots, stops,
+filters and metrics (docs/tasks.md, "lm-eval tasks").
+
+- Prompts: lm-eval's ``fewshot_context`` (description, delimiters, few-shot split, sampler, seed 1234,
+  ``gen_prefix``; under a chat template lm-eval's own messages, few-shot as multi-turn), each scored item's
+  shots drawn in lm-eval's document order, so a run's prompts are those of ``simple_evaluate`` on the same
+  documents. softeval never re-renders them.
+- Tuning: the task's training split, else its validation split, else a seeded held-out part of the scored
+  split; target = ``target_delimiter`` + ``doc_to_target`` (for multiple choice: the gold choice's text).
+- Generative scoring: strict = the filter pipeline named strict (else the first), its regex fallback read
+  as "format not followed"; lenient = the other pipeline (else the same); correct = the task's first metric
+  (``process_results``) on the strict answer, so accuracy is lm-eval's number. Every pipeline's answer and
+  metrics are kept per item (``lm_eval`` in samples.jsonl). A task without a regex filter: format "n/a".
+- Multiple choice: lm-eval's ``acc``/``acc_norm`` are the cloze scores (cloze_accuracy, cloze_accuracy_norm)
+  of the choices after lm-eval's prompt; the generated answer is read as the choice it writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from softeval.errors import UserError
+from softeval.tasks.base import (
+    HELD_OUT_SEED,
+    OFFLINE_SOURCE,
+    Example,
+    Splits,
+    Task,
+    _contains,
+    file_n_tune,
+    held_out_splits,
+)
+from softeval.tasks.lmeval_bridge import PREFIX, build, check_supported, entry, raw_config
+
+FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HF model default
+MC_MAX_NEW_TOKENS = 32
+
+
+class LmEvalSource:
+    """One lm-eval task as softeval reads it: lm-eval's task object (built by ``load``) and its docs."""
+
+    def __init__(self, name: str, include_path: str | None, output_type: str):
+        self.name, self.include_path, self.output_type = name, include_path, output_type
+        self.task = None
+
+    @property
+    def multiple_choice(self) -> bool:
+        return self.output_type == "multiple_choice"
+
+    def built(self):
+        if self.task is None:
+            raise RuntimeError(f"lm-eval:{self.name} is used before its data is loaded (Task.splits)")
+        return self.task
+
+    def load(self, source: str = "offline", skip_bad_rows: bool = False, **_options) -> Splits:
+        task, data = build(self.name, source, self.include_path)
+        self.task = task
+        if self.multiple_choice and task.config.target_delimiter != " ":
+            raise UserError(f"lm-eval:{self.name}: a target_delimiter other than one space is not supported yet")
+        config = task.config
+        eval_split = config.test_split if task.has_test_docs() else config.validation_split
+        scored = [self.example(doc, f"{eval_split}/{i}", i) for i, doc in enumerate(task.eval_docs)]
+        where = OFFLINE_SOURCE if data is not None else f"lm-eval ({config.dataset_path})"
+        note = data.note if data is not None else ""
+        if not self.multiple_choice and not self.regex_filtered():
+            note = "; ".join(p for p in (note, "format: n/a (the task has no regex filter: every output is an "
+                                                "answer)") if p)
+        tune_split = (config.training_split if task.has_training_docs() else
+                      config.validation_split if task.has_validation_docs() and eval_split != config.validation_split
+                      else None)
+        if tune_split is None:
+            return held_out_splits(scored, file_n_tune(len(scored)), HELD_OUT_SEED, where, str(eval_split),
+                                   note=note)
+        docs = task.training_docs() if tune_split == config.training_split else task.validation_docs()
+        tune = [self.example(doc, f"{tune_split}/{i}", -1) for i, doc in enumerate(docs)]
+        return Splits(tune, scored, where, str(tune_split), str(eval_split), note=note,
+                      held_out=bool(data and data.held_out), seed=data.seed if data else None)
+
+    def example(self, doc: dict, ident: str, index: int) -> Example:
+        """One doc: its zero-shot prompt (lm-eval's, no chat template), its target and, for multiple
+        choice, its choices; ``index``: its place among the scored docs (-1 for a tuning doc)."""
+        task = self.built()
+        text = task.fewshot_context(doc, 0, gen_prefix=task.doc_to_prefix(doc))
+        gold = task.doc_to_target(doc)
+        fields = {"doc": doc, "index": index, "text": text}
+        if self.multiple_choice:
+            choices = [str(c) for c in task.doc_to_choice(doc)]
+            first = gold[0] if isinstance(gold, list) else gold
+            gold_index = first if isinstance(first, int) else choices.index(str(first))
+            fields.update(choices=choices, gold_index=gold_index, target=" " + choices[gold_index])
+            return Example(ident, fields, choices[gold_index])
+        answer = str(gold[0] if isinstance(gold, list) else gold)
+        fields["target"] = task.config.target_delimiter + answer
+        return Example(ident, fields, answer)
+
+    def contexts(self, examples: Sequence[Example], k: int, chat: Callable | None) -> list[str]:
+        """lm-eval's prompts of ``examples`` with ``k`` shots: the sampler seeded as ``simple_evaluate``
+        seeds it, each item's shots drawn in document order, as lm-eval draws them for the same docs."""
+        task = self.built()
+        task.set_fewshot_seed(FEWSHOT_SEED)
+        out: list[str] = [""] * len(examples)
+        for j in sorted(range(len(examples)), key=lambda j: examples[j].fields["index"]):
+            doc = examples[j].fields["doc"]
+            out[j] = task.fewshot_context(doc, k, apply_chat_template=chat is not None,
+                                          fewshot_as_multiturn=chat is not None, chat_template=chat,
+                                          gen_prefix=task.doc_to_prefix(doc))
+        return out
+
+    # ---- reading an output --------------------------------------------------------------------
+
+    def pipelines(self) -> tuple:
+        """The strict and the lenient filter pipelines (lm-eval's ``filter_list``)."""
+        filters = list(self.built()._filters)
+        strict = next((f for f in filters if "strict" in f.name), filters[0])
+        lenient = next((f for f in filters if f is not strict), strict)
+        return strict, lenient
+
+    def regex_filtered(self) -> bool:
+        return any(hasattr(f(), "fallback") for f in self.pipelines()[0].filters)
+
+    def filtered(self, pipeline, output: str, example: Example) -> tuple[object, bool]:
+        """The answer ``pipeline`` reads from ``output``, and whether it is a regex's fallback."""
+        resps, docs, fallbacks = [[output]], [example.fields["doc"]], []
+        for make in pipeline.filters:
+            step = make()
+            if hasattr(step, "fallback"):
+                fallbacks.append(step.fallback)
+            resps = list(step.apply(resps, docs))
+        value = resps[0]
+        if isinstance(value, list):
+            value = value[0] if value else ""
+        return value, any(value == f for f in fallbacks)
+
+    def answer(self, pipeline, output: str, example: Example) -> str | None:
+        value, fallback = self.filtered(pipeline, output, example)
+        return None if fallback else str(value)
+
+    def metrics(self, answer: object, example: Example) -> dict:
+        return self.built().process_results(example.fields["doc"], [answer])
+
+    def match(self, answer: str | None, example: Example) -> bool:
+        """Correct: the task's first metric is 1 for the answer (lm-eval's own ``process_results``)."""
+        if answer is None:
+            return False
+        if self.multiple_choice:
+            return answer == example.gold
+        values = self.metrics(answer, example)
+        return float(next(iter(values.values()))) >= 1.0
+
+    def item_metrics(self, output: str, example: Example) -> dict:
+        """Every filter pipeline's answer and its metrics, as lm-eval computes them (generative tasks)."""
+        if self.multiple_choice:
+            return {}
+        out = {}
+        for pipeline in self.built()._filters:
+            value, _ = self.filtered(pipeline, output, example)
+            out[pipeline.name] = {"answer": value, **{k: _plain(v) for k, v in self.metrics(value, example).items()}}
+        return out
+
+    def strict_choice(self, output: str, example: Example) -> str | None:
+        """Multiple choice, generated: the choice the output's first line is (trailing period aside)."""
+        lines = output.strip().splitlines()
+        first = lines[0].strip().rstrip(".").strip() if lines else ""
+        hits = [c for c in example.fields["choices"] if c.strip().rstrip(".").strip() == first]
+        return hits[0] if hits else None
+
+    def lenient_choice(self, output: str, example: Example) -> str | None:
+        """The strict choice, else the one choice whose text the output contains."""
+        strict = self.strict_choice(output, example)
+        if strict is not None:
+            return strict
+        hits = [c for c in example.fields["choices"] if c.strip() and _contains(output.lower(), c.lower())]
+        return hits[0] if len(hits) == 1 else None
+
+
+def _plain(value):
+    """A metric value as JSON holds it (numpy scalars to floats, tuples to lists)."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def lmeval_task(task_name: str, include_path: str | None = None) -> Task:
+    """The softeval Task of ``lm-eval:NAME`` (refusals before any data or model loads: the extra missing,
+    an unknown name, a group, an output type softeval does not run)."""
+    name = task_name[len(PREFIX):]
+    found = entry(name, include_path)
+    cfg = raw_config(found)
+    check_supported(name, found, cfg)
+    output = cfg.get("output_type", "generate_until")
+    src = LmEvalSource(name, include_path, output)
+    gen = dict(cfg.get("generation_kwargs") or {})
+    until = gen.get("until", [cfg.get("fewshot_delimiter", "\n\n")])
+    multiple_choice = src.multiple_choice
+    return Task(
+        name=task_name,
+        description=f"lm-eval task {name} ({output})",
+        instruction="",
+        render=lambda e: e.fields["text"],
+        target=lambda e: e.fields["target"],
+        strict=(src.strict_choice if multiple_choice else lambda o, e: src.answer(src.pipelines()[0], o, e)),
+        lenient=(src.lenient_choice if multiple_choice else lambda o, e: src.answer(src.pipelines()[1], o, e)),
+        match=src.match,
+        load=src.load,
+        stop=("\n",) if multiple_choice else tuple([until] if isinstance(until, str) else until),
+        max_new_tokens=MC_MAX_NEW_TOKENS if multiple_choice else int(
+            gen.get("max_gen_toks", gen.get("max_new_tokens", DEFAULT_MAX_GEN_TOKS))),
+        sources=("offline", "hub"),
+        extra={"item_metrics": src.item_metrics, "lm_eval": src},
+        cloze=(lambda e: e.fields["text"]) if multiple_choice else None,
+        cloze_choices=(lambda e: (e.fields["choices"], e.fields["gold_index"])) if multiple_choice else None,
+        cue="",
+        contexts=src.contexts,
+    )

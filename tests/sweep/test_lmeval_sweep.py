@@ -1,0 +1,24 @@
+"""A sweep file names lm-eval tasks as strings, with an include path of its own per task."""
+
+from __future__ import annotations
+
+import pytest
+from lmevalyamls import ADD, write_tasks
+
+from softeval.errors import UserError
+from softeval.sweep.file import load_sweep
+
+pytest.importorskip("lm_eval")
+
+
+def test_a_sweep_file_takes_lm_eval_tasks_and_their_include_path(tmp_path):
+    folder = write_tasks(tmp_path / "yamls")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"models: [smollm2-135m-instruct]\nout: {tmp_path / 'runs'}\nlimit: 2\n"
+                     f"tasks:\n  - name: lm-eval:{ADD}\n    include_path: {folder}\n")
+    jobs = load_sweep(sweep).jobs
+    assert {(j.config.task, j.config.include_path) for j in jobs} == {(f"lm-eval:{ADD}", str(folder))}
+    sweep.write_text(f"models: [smollm2-135m-instruct]\nout: {tmp_path / 'runs'}\n"
+                     f"tasks:\n  - name: lm-eval:no_such_toy\n    include_path: {folder}\n")
+    with pytest.raises(UserError, match="unknown lm-eval task 'no_such_toy'"):
+        load_sweep(sweep)
