@@ -367,8 +367,8 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     if init_record(cfg.init) is not None:
         summary["init_from"] = init_record(cfg.init)  # the warm start: source folder, digest, what it was tuned on
     if result.early_stop_step is not None:
-        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice's loss and "
-                      "format_rate have plateaued")
+        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice follows the "
+                      "format and its loss and format_rate have plateaued")
     loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
     first = summary["format_0.9_step"]
     console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= 0.9 "
