@@ -244,3 +244,14 @@ def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_p
     assert resumed.resumed_at == [3]
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
+
+
+def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_try():
+    from softeval.run.pipeline import not_reached
+
+    curve = [{"step": 0, "loss": None, "format_rate": 0.0}, {"step": 10, "loss": 1.3, "format_rate": None},
+             {"step": 20, "loss": 1.2, "format_rate": 0.125}, {"step": 30, "loss": 1.2, "format_rate": 0.125}]
+    said = not_reached(curve)
+    assert said.startswith("not reached on the held-out slice (best 0.12 at step 20): the soft prompt did not learn")
+    assert "--steps" in said and "--lr" in said and "--init" in said
+    assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}]).startswith("not measured")

@@ -346,6 +346,17 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     return [done[i] for i in range(len(ids))]
 
 
+def not_reached(curve: list[dict]) -> str:
+    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try."""
+    points = [p for p in curve if p.get("format_rate") is not None]
+    if not points:
+        return "not measured (no held-out slice: --curve-items 0)"
+    best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
+    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): the soft "
+            "prompt did not learn the format, so its scores are not format-free; try more --steps, another --lr or "
+            "--init text:\"<the answer format>\" (docs/design.md, the tuning recipe)")
+
+
 def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     cfg, console = job.config, job.console
     tcfg = TuneConfig.of(cfg)
@@ -372,5 +383,5 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
     first = summary["format_0.9_step"]
     console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= 0.9 "
-                  + (f"first at step {first}" if first is not None else "not reached on the held-out slice"))
+                  + (f"first at step {first}" if first is not None else not_reached(result.curve)))
     return result.soft, summary, result.curve
