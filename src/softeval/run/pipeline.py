@@ -23,7 +23,7 @@ from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
-from softeval.metrics import aggregate, answer_counts
+from softeval.metrics import FOLLOWS_FORMAT, aggregate, answer_counts
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -382,6 +382,7 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
                       "format and its loss and format_rate have plateaued")
     loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
     first = summary["format_0.9_step"]
-    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= 0.9 "
+    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= "
+                  f"{FOLLOWS_FORMAT:g} "
                   + (f"first at step {first}" if first is not None else not_reached(result.curve)))
     return result.soft, summary, result.curve
