@@ -1,4 +1,4 @@
-"""The verdict rules hold to the numbers for every input (issue 38): no sentence says "fixed" below the
+"""The verdict rules hold to the numbers for every input: no sentence says "fixed" below the
 followed-format threshold, a fall of the format is never "little to fix", no "unchanged" or "no
 difference" beside a difference whose interval clears 0, every interval has width, a label prior is
 the treated method's own and needs PRIOR_MIN_N items; the GSM8K sentences that said otherwise, the
@@ -27,7 +27,7 @@ def table(both: int, a_only: int, b_only: int, neither: int, a: str = "zero-shot
 
 
 def test_gsm8k_a_format_below_the_threshold_is_not_fixed():
-    """Issue 38's run: soft-prompt format 0.10 against zero-shot's 0.00, accuracy 0.00 under both on
+    """The GSM8K run of the recipe probe: soft-prompt format 0.10 against zero-shot's 0.00, accuracy 0.00 under both on
     100 items; it read "format fixed, knowledge unchanged: the soft prompt taught the format"."""
     test = table(0, 0, 0, 100)
     rule, sentence = judge(test, Side("zero-shot", 0.0, None, 0, 3, 100), Side("soft-prompt", 0.10, "12", 4, 3, 100))

@@ -45,7 +45,7 @@ def _refused(argv: list[str], capsys) -> str:
 
 
 def test_typos_on_the_command_line_name_the_closest_right_word_and_their_command(capsys):
-    """Issue 41: `softeval rn` listed the choices without a suggestion, `--modle X` was reported as
+    """`softeval rn` listed the choices without a suggestion, `--modle X` was reported as
     'required: --model', and `--lmit 2` pointed at `softeval --help`; a sweep file's keys already suggested."""
     assert "invalid choice: 'rn'" in (line := _refused(["rn"], capsys)) and "(did you mean 'run'?)" in line
     assert _refused(["run", "--modle", "X", "--task", "mmlu"], capsys) == (

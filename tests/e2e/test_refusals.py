@@ -119,7 +119,7 @@ def test_out_pointing_at_a_file(toy, tmp_path, capsys):
 
 
 def test_out_inside_a_run_folder_is_refused(toy, tmp_path, capsys):
-    """Issue 41: --out inside a finished run's folder wrote a second model tree and an index there, which
+    """--out inside a finished run's folder wrote a second model tree and an index there, which
     neither the integrity check nor `softeval runs` saw."""
     from runfactory import write_run
 
@@ -248,7 +248,7 @@ def test_unreadable_data_file_through_source_is_one_line(tmp_path, capsys, name,
 
 
 def test_a_data_path_that_is_a_folder_or_a_fifo_says_what_it_is(tmp_path, capsys):
-    """Issue 41: a data path that exists but is a folder or a FIFO was 'data file not found'."""
+    """a data path that exists but is a folder or a FIFO was 'data file not found'."""
     import os
 
     folder, fifo = tmp_path / "d.jsonl", tmp_path / "p.jsonl"

@@ -1,5 +1,5 @@
 """transformers' progress bars while a model loads (softeval.lm.loadbars): off where stderr is no terminal
-(issue 41: the GGUF conversion's tqdm bar was a log file's carriage-return lines), as they were on one."""
+(the GGUF conversion's tqdm bar was a log file's carriage-return lines), as they were on one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A changed task file, data file or --source file never reuses a finished run's numbers (issue 41's
-reproduction on a tiny model): an edited data row, a changed prompt and the same relative --task in two
+"""A changed task file, data file or --source file never reuses a finished run's numbers (the
+hostile probe's reproduction, on a tiny model): an edited data row, a changed prompt and the same relative --task in two
 folders each refuse with the difference named (or rerun with --force); a run recorded before the digests
 existed counts as a run of other settings."""
 

@@ -28,7 +28,7 @@ def test_a_run_config_of_the_wrong_type_is_refused_before_it_runs(tmp_path, toy,
 
 
 def test_methods_given_as_one_string_is_refused_naming_the_field(tmp_path, toy):
-    """Issue 41: RunConfig(methods="zero-shot") was refused as "unknown method 'z'"."""
+    """RunConfig(methods="zero-shot") was refused as "unknown method 'z'"."""
     config = toy_config(tmp_path / "out", methods="zero-shot")
     message = "RunConfig's methods is a list or tuple of methods, not str 'zero-shot': e.g. methods=('zero-shot',)"
     with pytest.raises(UserError) as refused:

@@ -30,7 +30,7 @@ def test_the_sweep_file_loader_keeps_refusing_repeated_keys(tmp_path, capsys):
 
 def test_backend_vllm_without_vllm_is_refused_before_ray_starts_in_the_file_s_spelling(tmp_path, capsys,
                                                                                       monkeypatch):
-    """Issue 41: `backend: vllm` where vLLM does not import passed --dry-run and a real sweep started Ray, then
+    """`backend: vllm` where vLLM does not import passed --dry-run and a real sweep started Ray, then
     failed in the worker naming --backend vllm. Ray on this machine (no --address) runs the workers here:
     `softeval run`'s refusal, before Ray starts; on a cluster (--address) each worker checks its own."""
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as where it is not installed

@@ -141,9 +141,10 @@ class RunConfig:
                              "where the device computes it natively, CUDA with bf16 or a CPU with AVX512-BF16 or "
                              "AMX, else the model's --dtype), float32 or bfloat16; the soft prompt and its optimizer "
                              "stay float32, scoring keeps --dtype", choices=TUNE_DTYPES, where=TUNING)
-    # stop tuning once the held-out slice's loss and format plateau (tune.plateau)
-    early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice's loss and "
-                              "format_rate have plateaued; the step is recorded (default: %(default)s)",
+    # stop tuning once the held-out slice follows the format and its loss and format plateau (tune.plateau)
+    early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice follows the "
+                              "format (format_rate >= 0.9) and its loss and format_rate have plateaued; the step "
+                              "is recorded (default: %(default)s)",
                               where=TUNING)
     # score with a saved soft prompt instead of tuning
     soft_prompt: str | None = option(str, None, "folder of a saved soft prompt (PEFT adapter)", nullable=True,

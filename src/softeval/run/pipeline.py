@@ -23,7 +23,7 @@ from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
-from softeval.metrics import aggregate, answer_counts
+from softeval.metrics import FOLLOWS_FORMAT, aggregate, answer_counts
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -347,6 +347,17 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     return [done[i] for i in range(len(ids))]
 
 
+def not_reached(curve: list[dict]) -> str:
+    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try."""
+    points = [p for p in curve if p.get("format_rate") is not None]
+    if not points:
+        return "not measured (no held-out slice: --curve-items 0)"
+    best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
+    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): the soft "
+            "prompt did not learn the format, so its scores are not format-free; try more --steps, another --lr or "
+            "--init text:\"<the answer format>\" (docs/design.md, the tuning recipe)")
+
+
 def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     cfg, console = job.config, job.console
     tcfg = TuneConfig.of(cfg)
@@ -368,10 +379,11 @@ def tune_soft_prompt(job: Job, partial: Path, identity: dict):
     if init_record(cfg.init) is not None:
         summary["init_from"] = init_record(cfg.init)  # the warm start: source folder, digest, what it was tuned on
     if result.early_stop_step is not None:
-        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice's loss and "
-                      "format_rate have plateaued")
+        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice follows the "
+                      "format and its loss and format_rate have plateaued")
     loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
     first = summary["format_0.9_step"]
-    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= 0.9 "
-                  + (f"first at step {first}" if first is not None else "not reached on the held-out slice"))
+    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= "
+                  f"{FOLLOWS_FORMAT:g} "
+                  + (f"first at step {first}" if first is not None else not_reached(result.curve)))
     return result.soft, summary, result.curve

@@ -23,7 +23,7 @@ import torch
 from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
-from softeval.metrics import first_step_reaching
+from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
 from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling
 from softeval.run.scoring import score_output
 from softeval.run.validate import init_refusal
@@ -53,9 +53,10 @@ class TuneConfig:
     # Padded tokens per forward pass: a batch is split into passes that fit memory (shortest rows
     # together), gradients accumulated; the same gradient as one pass. 0 = from the memory budget.
     pass_tokens: int = 0
-    # Stop at a curve point once the held-out slice has plateaued (``plateau``): its target loss did
-    # not improve on the best earlier point by EARLY_STOP_MIN_DELTA (relative) and its format_rate
-    # did not move. Every curve point then also records ``held_out_loss``.
+    # Stop at a curve point once the held-out slice follows the format and has plateaued (``plateau``):
+    # its format_rate is at least FOLLOWS_FORMAT, its target loss did not improve on the best earlier point
+    # by EARLY_STOP_MIN_DELTA (relative) and its format_rate did not move. Every curve point then also
+    # records ``held_out_loss``.
     early_stop: bool = RunConfig.early_stop
     # the dtype of tuning's forward and backward (lm/precision.py); scoring keeps the run's dtype
     tune_dtype: str = RunConfig.tune_dtype
@@ -83,7 +84,7 @@ class TuneResult:
     def summary(self) -> dict:
         return {
             "steps_run": self.steps_run, "final_loss": self.final_loss, "stopped_early": self.stopped_early,
-            "format_0.9_step": first_step_reaching(self.curve, "format_rate", 0.9),
+            "format_0.9_step": first_step_reaching(self.curve, "format_rate", FOLLOWS_FORMAT),
             "seconds": round(self.seconds, 2), "resumed_at_steps": self.resumed_at,
             "early_stop_step": self.early_stop_step, **self.config,
         }
@@ -97,11 +98,12 @@ EARLY_STOP_MIN_POINTS = 2
 
 
 def plateau(curve: list[dict], n_items: int) -> bool:
-    """Has tuning plateaued at the last curve point? Its held-out loss is not below the best earlier
-    point's by more than EARLY_STOP_MIN_DELTA (relative), and its held-out format_rate is within one
-    item of the previous point's (format is no longer being learned)."""
+    """Has tuning plateaued at the last curve point? The held-out slice follows the format (format_rate at
+    least FOLLOWS_FORMAT: early stop never cuts short a format still to learn, however slowly it rises),
+    its held-out loss is not below the best earlier point's by more than EARLY_STOP_MIN_DELTA (relative),
+    and its held-out format_rate is within one item of the previous point's (no longer being learned)."""
     points = [p for p in curve if p.get("held_out_loss") is not None]
-    if len(points) < EARLY_STOP_MIN_POINTS + 1:
+    if len(points) < EARLY_STOP_MIN_POINTS + 1 or points[-1]["format_rate"] < FOLLOWS_FORMAT:
         return False
     last, earlier = points[-1], points[:-1]
     best = min(p["held_out_loss"] for p in earlier)

@@ -1,0 +1,39 @@
+"""benchmarks/claim_a.py's table: what it says about a format that saturated and one that did not."""
+
+from benchscripts import load_benchmark
+from runfactory import write_run
+
+claim_a = load_benchmark("claim_a")
+
+
+def _world(out):
+    n = 20
+    # gsm8k: few-shot follows the format, the soft prompt never reached it (the issue's GSM8K case)
+    write_run(out, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n)
+    write_run(out, "m", "gsm8k", "few-shot", [True] + [False] * 19, format_ok=[True] * 19 + [False])
+    write_run(out, "m", "gsm8k", "soft-prompt", [False] * n, format_ok=[True] * 2 + [False] * 18,
+              tuning={"format_0.9_step": None, "steps_run": 80})
+    # mmlu: the soft prompt saturates at step 20 and gains 6 items over zero-shot
+    write_run(out, "m", "mmlu", "zero-shot", [True] * 4 + [False] * 16, format_ok=[True] * 10 + [False] * 10)
+    write_run(out, "m", "mmlu", "few-shot", [True] * 5 + [False] * 15)
+    write_run(out, "m", "mmlu", "soft-prompt", [True] * 10 + [False] * 10,
+              tuning={"format_0.9_step": 20, "steps_run": 30})
+
+
+def test_rows_and_table_say_where_the_format_saturated(tmp_path):
+    _world(tmp_path)
+    rows = claim_a.rows(tmp_path, seed=0)
+    assert [(r["model"], r["task"]) for r in rows] == [("m", "gsm8k"), ("m", "mmlu")]
+    gsm8k, mmlu = rows
+    assert gsm8k["soft-prompt"]["format_rate"] == 0.1 and gsm8k["few-shot"]["format_rate"] == 0.95
+    assert claim_a.saturated(gsm8k) == "no: held-out format_rate never reached 0.90 in 80 steps"
+    assert claim_a.saturated(mmlu) == "yes, step 20"
+    assert mmlu["vs zero-shot"]["difference"] == 0.3 and mmlu["vs zero-shot"]["n"] == 20
+    table = claim_a.markdown(rows)
+    assert "| m | gsm8k | 20 | 0.00 (0.00) | 0.05 (0.95) | 0.00 (0.10) | no: held-out" in table
+    assert "| m | mmlu | 20 | 0.20 (0.50) | 0.25 (1.00) | 0.50 (1.00) | yes, step 20 | +0.30 [" in table
+
+
+def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not_called_saturated():
+    row = {"soft-prompt": {"accuracy": 0.1, "format_rate": 0.7}, "format_step": 40, "steps_run": 80}
+    assert claim_a.saturated(row) == "held-out only (step 40); scored items 0.70"
