@@ -12,7 +12,6 @@ from runfactory import write_run
 from softeval.analysis.compare import load_runs
 from softeval.analysis.paired import mcnemar_exact, paired_test
 from softeval.analysis.verdict import ALPHA, Side, items_to_detect, judge, verdicts
-from softeval.cli import main
 
 CHANGES = {"label-prior", "format-hid-knowledge", "better-answers", "worse"}
 
@@ -189,14 +188,9 @@ def test_verdicts_read_run_folders(tmp_path):
 
 def test_run_prints_the_verdict(toy, tmp_path, monkeypatch, capsys):
     """`softeval run` with two or more methods ends with a verdict line and its numbers."""
-    from tiny import tiny_lm
+    from tiny import run_tiny
 
-    from softeval.run import pipeline
-
-    monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
-    rc = main(["run", "--model", "org/tiny", "--task", "toyformat", "--limit", "6", "--steps", "2", "--shots", "1",
-               "--tokens", "2", "--curve-items", "0", "--out", str(tmp_path)])
-    assert rc == 0
+    assert run_tiny(monkeypatch, tmp_path, limit=6, steps=2) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "verdict, soft-prompt vs zero-shot:" in out and "verdict, soft-prompt vs few-shot:" in out
     assert "McNemar p" in out and "(n=6)" in out

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from softeval.analysis.paired import paired_test
 from softeval.analysis.verdict import PRIOR_MIN_N, Side, judge, label_prior, one_answer_dominates
-from softeval.cli import main
 from softeval.metrics import FOLLOWS_FORMAT
 
 
@@ -68,14 +67,9 @@ def test_one_item_right_is_not_knowledge_unchanged():
 
 def test_a_limit_2_run_prints_an_interval_with_width(toy, tmp_path, monkeypatch, capsys):
     """A real `softeval run --limit 2` printed "+0.00 [+0.00, +0.00]"."""
-    from tiny import tiny_lm
+    from tiny import run_tiny
 
-    from softeval.run import pipeline
-
-    monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
-    rc = main(["run", "--model", "org/tiny", "--task", "toyformat", "--limit", "2", "--steps", "1", "--shots", "1",
-               "--tokens", "2", "--curve-items", "0", "--out", str(tmp_path)])
-    assert rc == 0
+    assert run_tiny(monkeypatch, tmp_path, limit=2, steps=1) == 0
     out = " ".join(capsys.readouterr().out.split())
     intervals = re.findall(r"accuracy [\d.]+ → [\d.]+, [+-][\d.]+ \[([+-][\d.]+), ([+-][\d.]+)\]", out)
     assert len(intervals) == 2 and "(n=2)" in out

@@ -100,3 +100,14 @@ def toy_config(out, **kw) -> RunConfig:
     base = dict(model="tiny-0", task="toyformat", limit=12, steps=6, shots=2, tokens=4, lr=0.1,
                 out=str(out), curve_every=3, curve_items=4, eval_batch_size=5)
     return RunConfig(**{**base, **kw})
+
+
+def run_tiny(monkeypatch, out, limit: int, steps: int) -> int:
+    """`softeval run` of every method of the toy format task on ``tiny_lm`` (its exit status): the verdict
+    tests read what it prints."""
+    from softeval.cli import main
+    from softeval.run import pipeline
+
+    monkeypatch.setattr(pipeline, "load_lm", lambda config: tiny_lm())
+    return main(["run", "--model", "org/tiny", "--task", "toyformat", "--limit", str(limit), "--steps", str(steps),
+                 "--shots", "1", "--tokens", "2", "--curve-items", "0", "--out", str(out)])
