@@ -75,3 +75,13 @@ def test_a_changed_yaml_is_another_run(tmp_path):
     changed = write_tasks(tmp_path / "changed", max_gen_toks=7)
     with pytest.raises(UserError, match="lm_eval"):
         run_job(config(out, changed, methods=("zero-shot",)), lm=tiny_lm())
+
+
+def test_a_changed_data_row_of_a_yaml_over_local_files_is_another_run(tmp_path):
+    folder = write_tasks(tmp_path / "yamls")
+    out = tmp_path / "runs"
+    run_job(config(out, folder, methods=("zero-shot",)), lm=tiny_lm())
+    data = sorted(folder.glob("add_test.jsonl"))[0]
+    data.write_text(data.read_text().replace("1", "2", 1))  # one row of the scored split edited, same YAML
+    with pytest.raises(UserError, match="lm_eval"):
+        run_job(config(out, folder, methods=("zero-shot",)), lm=tiny_lm())

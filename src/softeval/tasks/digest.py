@@ -21,7 +21,7 @@ CHUNK = 1 << 20
 RECENT_NS = 3 * 10**9  # a file changed this recently is read again, never taken from the cache
 
 
-def _add_file(digest, path: Path) -> None:
+def add_file(digest, path: Path) -> None:
     """The file's digest, or a marker when it is no file (a load of it fails with its own message)."""
     digest.update((_sha256_of(path) or b"not a file") + b"\0")
 
@@ -56,11 +56,11 @@ def task_file_sha256(task: str) -> str | None:
     path = Path(task)
     spec = read_spec(path)  # a missing or bad task file: the load's own message
     digest = hashlib.sha256()
-    _add_file(digest, path)
+    add_file(digest, path)
     for key in ("data", "tune_data"):
         if key in spec:
             digest.update(key.encode() + b"\0")
-            _add_file(digest, path.resolve().parent / spec[key])
+            add_file(digest, path.resolve().parent / spec[key])
     return digest.hexdigest()
 
 

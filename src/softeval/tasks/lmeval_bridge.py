@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval.errors import UserError, shown
+from softeval.tasks.digest import add_file
 from softeval.tasks.lmeval_data import LOCAL_LOADERS, OfflineData, offline_dataset
 
 PREFIX = "lm-eval:"
@@ -94,7 +95,22 @@ def config_sha256(name: str, include_path: str | None) -> str:
     if found.yaml_path is not None:
         for path in sorted(Path(found.yaml_path).parent.glob("*.py")):
             digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
+    for path in _local_data_files(raw_config(found, resolve=False)):  # what a YAML over local files reads
+        digest.update(b"\0" + str(path).encode() + b"\0")
+        add_file(digest, path)
     return digest.hexdigest()
+
+
+def _local_data_files(cfg: dict[str, Any]) -> list[Path]:
+    """The local files a task's config names as its data (``dataset_kwargs.data_files``, or a
+    ``dataset_path`` that is a file or folder), in a fixed order: their content is part of the run."""
+    named = (cfg.get("dataset_kwargs") or {}).get("data_files") or []
+    named = list(named.values()) if isinstance(named, dict) else [named]
+    paths = [Path(str(p)) for group in named for p in (group if isinstance(group, list) else [group])]
+    if cfg.get("dataset_path") is not None and Path(str(cfg["dataset_path"])).exists():
+        root = Path(str(cfg["dataset_path"]))
+        paths += sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    return [p for p in paths if p.is_file()]
 
 
 def identity(task: str, include_path: str | None) -> dict | None:
