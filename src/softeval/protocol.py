@@ -1,7 +1,12 @@
 """The names of the protocol (docs/design.md), one list each, used by the CLI, the runs index, compare and
 the report: the methods every task is scored with, and the metrics a run reports."""
 
-METHODS = ("zero-shot", "few-shot", "soft-prompt")
+METHODS = ("zero-shot", "few-shot", "soft-prompt", "lora")
+# What `softeval run` (and a sweep file without `methods:`) scores when no method is named: lora, the
+# train-before-test comparison (docs/design.md), is asked for by name.
+DEFAULT_METHODS = ("zero-shot", "few-shot", "soft-prompt")
+# The methods that tune something on the task's tuning split before scoring (run/tune.py's one loop).
+TUNED_METHODS = ("soft-prompt", "lora")
 
 # A saved soft prompt: a PEFT prompt-tuning adapter folder (lm.softprompt writes and reads it; a finished
 # soft-prompt run holds one, which store.format checks).
@@ -11,6 +16,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # record it): a change of either, the placement of the vectors among them, is a new version, never read
 # as this one.
 SOFT_PROMPT_FORMAT_VERSION = 1
+# A lora run's adapter: PEFT's LoRA folder (the same two file names) with softeval's notes beside it
+# (lm.lora writes it); its format version, like the soft prompt's.
+LORA_FORMAT_VERSION = 1
 
 # What a model is: pre-trained only, or post-trained (instruction-tuned, chat); `--kind`, a sweep file's `kind`.
 BASE, POST_TRAINED = "base", "post-trained"

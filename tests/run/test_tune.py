@@ -247,7 +247,7 @@ def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_p
 
 
 def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_try():
-    from softeval.run.pipeline import not_reached
+    from softeval.run.tuned import not_reached
 
     curve = [{"step": 0, "loss": None, "format_rate": 0.0}, {"step": 10, "loss": 1.3, "format_rate": None},
              {"step": 20, "loss": 1.2, "format_rate": 0.125}, {"step": 30, "loss": 1.2, "format_rate": 0.125}]

@@ -21,7 +21,7 @@ from softeval.diagnosis import CAUSES
 from softeval.protocol import METHODS
 from softeval.store.format import Run
 
-METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc"}
+METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc", "lora": "#5b9a5b"}
 PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}
 MARKERS = "osD^vP*Xh"
 
@@ -83,7 +83,7 @@ def format_vs_accuracy(runs: list[Run]) -> Figure:
 
 
 def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
-    """Small multiples of soft-prompt tuning: loss (left axis) and held-out format_rate / accuracy
+    """Small multiples of tuning (soft-prompt and lora runs): loss (left axis) and held-out format_rate / accuracy
     (right axis) by step: the picture of format saturating while knowledge stays flat."""
     cols = min(3, len(curves))
     rows = math.ceil(len(curves) / cols)
@@ -104,7 +104,7 @@ def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
         right.set_ylim(0, 1.02)
         right.tick_params(labelsize=7)
         ax.tick_params(labelsize=7)
-        ax.set_title(f"{run.model} · {run.task} · seed {run.seed}", fontsize=8.5)
+        ax.set_title(f"{run.model} · {run.task} · {run.method} · seed {run.seed}", fontsize=8.5)
         if k == 0:
             handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
             right.legend(handles=handles, fontsize=7, loc="center right", frameon=False)
@@ -177,7 +177,8 @@ KNOWLEDGE_BARS = (("cloze_accuracy_norm", "zero-shot", "cloze (per char)", "#6a9
                   ("letter_loglik_accuracy", "zero-shot", "letter log-lik.", "#c9c9c9"),
                   ("accuracy", "zero-shot", "zero-shot", METHOD_COLORS["zero-shot"]),
                   ("accuracy", "few-shot", "few-shot", METHOD_COLORS["few-shot"]),
-                  ("accuracy", "soft-prompt", "soft-prompt", METHOD_COLORS["soft-prompt"]))
+                  ("accuracy", "soft-prompt", "soft-prompt", METHOD_COLORS["soft-prompt"]),
+                  ("accuracy", "lora", "lora", METHOD_COLORS["lora"]))
 CAUSE_COLORS = {"empty": "#b0b7c0", "max_new_tokens": "#e0a458", "wrong_style": "#2f7ebc",
                 "refusal_or_echo": "#c4504a", "other": "#7d5ba6"}
 
@@ -189,8 +190,10 @@ def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: st
     at its permutation consistency."""
     fig = Figure(figsize=(max(5.5, 1.5 * len(rows) + 2.0), 3.4))
     ax = fig.subplots()
-    width = 0.8 / len(KNOWLEDGE_BARS)
-    for k, (metric, method, label, color) in enumerate(KNOWLEDGE_BARS):
+    # lora, a method asked for by name, gets its bar only where a model has that run
+    shown = [b for b in KNOWLEDGE_BARS if b[1] != "lora" or any(("accuracy", "lora") in v for _, v in rows)]
+    width = 0.8 / len(shown)
+    for k, (metric, method, label, color) in enumerate(shown):
         xs, ys, lo, hi = [], [], [], []
         for i, (_model, values) in enumerate(rows):
             m = values.get((metric, method))
@@ -209,7 +212,7 @@ def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: st
     ax.set_title(f"{task}: cloze reference against each method's strict accuracy", fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, frameon=False, ncol=len(KNOWLEDGE_BARS), loc="upper center",
+    ax.legend(fontsize=7, frameon=False, ncol=len(shown), loc="upper center",
               bbox_to_anchor=(0.5, -0.28))
     fig.tight_layout()
     return fig

@@ -22,16 +22,22 @@ from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
 from softeval.metrics import kind_label, top_answer
-from softeval.protocol import METHODS, METRICS
+from softeval.protocol import METHODS, METRICS, TUNED_METHODS
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
 FAILURE_EXAMPLES = 2  # per cause and run in the failure browser
 
-KNOWLEDGE_COLUMNS = (
-    "model", "cloze", "cloze per char", "letter log-lik.", "zero-shot", "few-shot", "soft-prompt",
-    "soft-prompt permutation consistency", "soft-prompt circular acc.", "soft − zero-shot", "soft − few-shot")
+def knowledge_columns(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """The knowledge table's header with a column of strict accuracy per method in ``methods``."""
+    return ("model", "cloze", "cloze per char", "letter log-lik.", *methods, "soft-prompt permutation consistency",
+            "soft-prompt circular acc.", "soft − zero-shot", "soft − few-shot")
+
+
+def table_methods(runs: list[Run]) -> tuple[str, ...]:
+    """The methods the knowledge table has a column for: the protocol's, and lora where a run has it."""
+    return tuple(m for m in METHODS if m != "lora" or any(r.method == m for r in runs))
 
 
 def build_report(
@@ -74,7 +80,7 @@ def render(
             format_chart=plots.img(plots.format_vs_accuracy(runs), "format_rate against accuracy per method"),
             decomposition_charts=[plots.img(plots.decomposition(runs, task), f"knowledge versus format on "
                                             f"{task}") for task in tasks],
-            knowledge_columns=KNOWLEDGE_COLUMNS, knowledge=knowledge_blocks(runs, samples),
+            knowledge_columns=knowledge_columns(table_methods(runs)), knowledge=knowledge_blocks(runs, samples),
             curves=_curves(runs), series=series_section(runs),
             ranking_charts=[plots.img(plots.rank_scatter(comparison, task), f"rank scatter on {task}")
                             for task in sorted({r.task for r in comparison.results})] if comparison else [],
@@ -121,7 +127,7 @@ def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) ->
                 "metrics": [values.get(("cloze_accuracy", cloze_from)),
                             values.get(("cloze_accuracy_norm", cloze_from)),
                             values.get(("letter_loglik_accuracy", cloze_from or "zero-shot")),
-                            *(values.get(("accuracy", meth)) for meth in METHODS),
+                            *(values.get(("accuracy", meth)) for meth in table_methods(runs)),
                             values.get(("permutation_consistency", "soft-prompt")),
                             values.get(("circular_accuracy", "soft-prompt"))],
                 "paired": [paired.get((task, model, "zero-shot")), paired.get((task, model, "few-shot"))]})
@@ -174,11 +180,12 @@ def _check_output(output: Path) -> None:
 
 
 def _curves(runs: list[Run]) -> dict[str, Any]:
-    """The soft-prompt runs' learning curves (the first MAX_CURVES drawn), and the damaged ones named."""
+    """The tuned runs' learning curves (soft-prompt, lora; the first MAX_CURVES drawn), and the damaged ones
+    named."""
     curves, damaged = [], []
     for run in runs:
         path = run.path / CURVE_FILE
-        if run.method == "soft-prompt" and path.is_file():
+        if run.method in TUNED_METHODS and path.is_file():
             try:
                 rows = read_curve(path)
             except ValueError as err:
@@ -188,7 +195,7 @@ def _curves(runs: list[Run]) -> dict[str, Any]:
                 curves.append((run, rows))
     chart = None
     if curves:
-        chart = plots.img(plots.learning_curves(curves[:MAX_CURVES]), "soft-prompt learning curves")
+        chart = plots.img(plots.learning_curves(curves[:MAX_CURVES]), "learning curves of the tuned methods")
     return {"chart": chart, "damaged": damaged, "found": len(curves), "shown": MAX_CURVES,
             "more": len(curves) > MAX_CURVES}
 

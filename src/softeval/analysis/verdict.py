@@ -31,7 +31,7 @@ SLACK = 1e-9  # thresholds hold at equality: 0.98 - 0.88 is 0.0999... in floats,
 
 # Soft-prompt against each prompting method; without a soft-prompt run, few-shot against zero-shot.
 PAIRS = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
-WHO = {"soft-prompt": "the soft prompt", "few-shot": "the shots", "zero-shot": "the bare prompt"}
+WHO = {"soft-prompt": "the soft prompt", "few-shot": "the shots", "zero-shot": "the bare prompt", "lora": "the adapter"}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from softeval.lm.models import load_model
 from softeval.lm.presets import PRESETS, preset_installed
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import METHODS, METRICS
+from softeval.protocol import DEFAULT_METHODS, METHODS, METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.pipeline import run_folder, run_job
 from softeval.store.format import Run
@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
     add_options(run, COMMON)
     add_options(run, TUNING)
-    run.add_argument("--method", default=",".join(METHODS), help="comma-separated methods (default %(default)s)")
+    run.add_argument("--method", default=",".join(DEFAULT_METHODS),
+                     help=f"comma-separated methods of {', '.join(METHODS)} (default %(default)s)")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
@@ -139,6 +140,9 @@ def cmd_run(args) -> int:
 def cmd_eval(args) -> int:
     default = "soft-prompt" if args.soft_prompt else "zero-shot,few-shot"
     methods = _methods(args.method or default)
+    if "lora" in methods:
+        raise UserError("softeval eval scores without tuning, and lora tunes an adapter: use `softeval run "
+                        "--method lora`")
     if "soft-prompt" in methods and not args.soft_prompt:
         raise UserError("softeval eval scores the soft-prompt method only with --soft-prompt DIR "
                         "(use `softeval run` or `softeval tune` to tune one)")

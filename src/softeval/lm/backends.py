@@ -62,6 +62,9 @@ class Backend:
     # (model, the device the run runs on or None on a sweep's driver, engine arguments, Names): a UserError
     # for what would fail later (vLLM not installed for the device, an unknown engine argument)
     check: Callable[[str, str | None, dict | None, Names], None] | None = None
+    # scores with a LoRA adapter put into the transformers model (lm.lora; --method lora): the HF engine reads
+    # that model; an engine with weights of its own (vLLM) would score the base model, so it is refused
+    lora: bool = False
 
 
 BACKENDS: dict[str, Backend] = {}
@@ -74,7 +77,7 @@ def register(backend: Backend) -> None:
     BACKENDS[backend.name] = backend
 
 
-register(Backend(HF, lambda lm, batch_size, args: HfEngine(lm, batch_size), "the default: softeval's own"))
+register(Backend(HF, lambda lm, batch_size, args: HfEngine(lm, batch_size), "the default: softeval's own", lora=True))
 register(Backend(
     "vllm", lambda lm, batch_size, args: VllmEngine(lm, args),
     "vLLM; log-likelihoods and tuning stay on hf; docs/backends.md", keep=True, args="vllm", label="vLLM",

@@ -108,13 +108,15 @@ def dtype_name(dtype: torch.dtype) -> str:
 def tuning_model(lm: LoadedModel, dtype: torch.dtype) -> LoadedModel:
     """``lm`` itself when its weights are in ``dtype``; else a LoadedModel sharing its tokenizer whose
     model is a frozen copy with every floating parameter in ``dtype`` (tied weights stay tied; buffers
-    are shared, not copied). The copy is built parameter by parameter: no second full-precision copy
-    is ever held."""
+    are shared, not copied; parameters that train, a LoRA adapter's, are shared, so the copy tunes them).
+    The copy is built parameter by parameter: no second full-precision copy is ever held."""
     if model_dtype(lm) == dtype:
         return lm
     memo = {}
     for param in lm.model.parameters():
-        if id(param) not in memo:
+        if param.requires_grad:  # what is tuned in the model (a LoRA adapter's A and B): shared, not copied
+            memo[id(param)] = param
+        elif id(param) not in memo:
             data = param.detach().to(dtype) if param.is_floating_point() else param.detach()
             memo[id(param)] = torch.nn.Parameter(data, requires_grad=False)
     for buffer in lm.model.buffers():

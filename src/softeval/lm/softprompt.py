@@ -163,7 +163,13 @@ def check_format(folder: str | Path) -> dict:
 
 
 class SoftPrompt(torch.nn.Module):
-    """``weight``: [num_virtual_tokens, hidden_size], kept in float32 and cast when injected."""
+    """``weight``: [num_virtual_tokens, hidden_size], kept in float32 and cast when injected.
+
+    ``method``, ``soft``, ``trainable`` and ``tuning`` are what the tuning loop (run/tune.py) reads of any
+    trainable part (lm.lora.LoraAdapter is the other): the prompt it tunes on, the vectors put before it,
+    the tensors it trains, and the switch between tuning and scoring."""
+
+    method = "soft-prompt"
 
     def __init__(self, embeddings: torch.Tensor, init: str = "vocab"):
         super().__init__()
@@ -173,6 +179,16 @@ class SoftPrompt(torch.nn.Module):
     @property
     def num_tokens(self) -> int:
         return self.weight.shape[0]
+
+    @property
+    def soft(self) -> torch.Tensor:
+        return self.weight
+
+    def trainable(self) -> dict[str, torch.nn.Parameter]:
+        return {"soft": self.weight}  # the checkpoint's name of it (store/checkpoint.py)
+
+    def tuning(self, model: torch.nn.Module, on: bool) -> None:
+        """Nothing in the model changes between tuning and scoring a soft prompt."""
 
     @classmethod
     def initialise(cls, lm: LoadedModel, num_tokens: int = 10, how: str = "vocab",

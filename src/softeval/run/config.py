@@ -22,9 +22,10 @@ from typing import Any
 
 from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
+from softeval.lm.lora import LORA_TARGETS
 from softeval.lm.precision import TUNE_DTYPES
 from softeval.lm.softprompt import init_identity
-from softeval.protocol import CHAT_TEMPLATES, KINDS, METHODS
+from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
 from softeval.store.runs import FINGERPRINT
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
@@ -91,7 +92,7 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 class RunConfig:
     model: str = option(str, None, "preset name, hub id, local folder or .gguf file", required=True, sweep=False)
     task: str = option(str, None, "task name (see `softeval tasks`)", required=True, sweep=False)
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     limit: int | None = option(int, None, "score this many test items (same items for every run; default: all)",
                                range=(1, 10**9), nullable=True)
     shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000))
@@ -146,6 +147,21 @@ class RunConfig:
                               "format (format_rate >= 0.9) and its loss and format_rate have plateaued; the step "
                               "is recorded (default: %(default)s)",
                               where=TUNING)
+    # --method lora (lm/lora.py): a PEFT LoRA adapter tuned by the same loop, on the same items and steps
+    epochs: float | None = option(float, None, "tune for this many passes over the tuning split instead of "
+                                  "--steps (soft-prompt and lora; default: --steps)",
+                                  nullable=True, where=TUNING)
+    lora_rank: int = option(int, 8, "lora: the adapter's rank r (default %(default)s)", range=(1, 4_096),
+                            where=TUNING)
+    lora_alpha: float = option(float, 16.0, "lora: its scale alpha, applied as alpha/r (default %(default)s)",
+                               where=TUNING)
+    lora_dropout: float = option(float, 0.0, "lora: dropout on the adapter's input while tuning "
+                                 "(default %(default)s)", range=(0.0, 0.99), where=TUNING)
+    lora_lr: float = option(float, 2e-4, "lora: AdamW learning rate (default %(default)s; --lr is the soft "
+                            "prompt's)", where=TUNING)
+    lora_targets: str = option(str, ",".join(LORA_TARGETS), "lora: comma-separated names of the linear layers "
+                               "that get an adapter, or all-linear (default %(default)s: the attention "
+                               "projections)", where=TUNING)
     # score with a saved soft prompt instead of tuning
     soft_prompt: str | None = option(str, None, "folder of a saved soft prompt (PEFT adapter)", nullable=True,
                                      where=EVAL, sweep=False)
@@ -177,6 +193,8 @@ class RunConfig:
         digests = {"task_sha256": task_file_sha256(self.task), "source_sha256": data_file_sha256(self.source)}
         data.update({key: digest for key, digest in digests.items() if digest is not None})
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
+        if self.epochs is None:  # not given: --steps counts, as it did in runs recorded before epochs existed
+            data.pop("epochs")
         lm_eval = lmeval_identity(self.task, self.include_path)
         if lm_eval is not None:  # an lm-eval task is its YAML's content and lm-eval's version, not its name alone
             data[LM_EVAL] = lm_eval

@@ -21,9 +21,10 @@ from softeval.errors import UserError, shown
 from softeval.lm import loglik, memory
 from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
+from softeval.lm.lora import LoraAdapter
 from softeval.lm.models import LoadedModel, load_model
-from softeval.lm.softprompt import SoftPrompt, init_record
-from softeval.metrics import FOLLOWS_FORMAT, aggregate, answer_counts
+from softeval.lm.softprompt import SoftPrompt
+from softeval.metrics import aggregate, answer_counts
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -34,9 +35,9 @@ from softeval.run.scoring import (
     permutation_picks,
     score_output,
 )
-from softeval.run.tune import TuneConfig, tune
+from softeval.run.tuned import lora_settings, tune_lora, tune_soft_prompt
 from softeval.run.validate import check_config
-from softeval.store.format import OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
+from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
 from softeval.store.locking import describe
 from softeval.store.record import Results
 from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, jsonl_text, now, versions
@@ -208,6 +209,18 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
 
 
 def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:
+    """Tune (soft-prompt, lora) and score one method into its run folder; its results. A lora run's adapter is
+    in the model while it tunes and scores, and taken out however the run ends: the next method, in this
+    process, scores the model as loaded."""
+    adapter = LoraAdapter(job.lm, lora_settings(job.config), job.config.seed) if method == "lora" else None
+    try:
+        return _tune_and_score(job, method, folder, identity, adapter)
+    finally:
+        if adapter is not None:
+            adapter.detach()
+
+
+def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, adapter: LoraAdapter | None) -> dict:
     cfg, console, task = job.config, job.console, job.task
     started, t0 = now(), time.time()
     lm, prompter = job.lm, job.prompter
@@ -215,15 +228,18 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     # after every check that can refuse the command: none leaves a folder
     partial = folder.start(identity, log=lambda m: console.print(f"{method}: {m}", style="yellow", markup=False))
     soft, tuning, curve = None, None, None
+    tuned_on = {"task": cfg.task, "seed": cfg.seed, "series": cfg.series, "step": cfg.step}
     if method == "soft-prompt":
         if loaded is not None:
             soft_prompt = loaded
             tuning = {"loaded_from": str(cfg.soft_prompt)}
         else:
             soft_prompt, tuning, curve = tune_soft_prompt(job, partial, identity_of(identity))
-        soft_prompt.save(partial / SOFT_PROMPT_FOLDER, lm, {"task": cfg.task, "seed": cfg.seed,
-                                                            "series": cfg.series, "step": cfg.step})
+        soft_prompt.save(partial / SOFT_PROMPT_FOLDER, lm, tuned_on)
         soft = soft_prompt.weight.detach().to(lm.device)
+    elif adapter is not None:
+        tuning, curve = tune_lora(job, adapter, partial, identity_of(identity))
+        adapter.save(partial / LORA_FOLDER, tuned_on)
     prompts = [prompter.ids(e, method) for e in job.items]
     rows = score_items(job, method, prompts, soft, partial)
     samples = []
@@ -345,45 +361,3 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
                 os.fsync(f.fileno())
             done.update((r["i"], r) for r in rows)
     return [done[i] for i in range(len(ids))]
-
-
-def not_reached(curve: list[dict]) -> str:
-    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try."""
-    points = [p for p in curve if p.get("format_rate") is not None]
-    if not points:
-        return "not measured (no held-out slice: --curve-items 0)"
-    best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
-    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): the soft "
-            "prompt did not learn the format, so its scores are not format-free; try more --steps, another --lr or "
-            "--init text:\"<the answer format>\" (docs/design.md, the tuning recipe)")
-
-
-def tune_soft_prompt(job: Job, partial: Path, identity: dict):
-    cfg, console = job.config, job.console
-    tcfg = TuneConfig.of(cfg)
-    with progress_bar(console) as bar:
-        bar_id = bar.add_task("tuning soft prompt", total=cfg.steps)
-
-        def on_step(point: dict) -> None:
-            bar.update(bar_id, completed=point["step"], description=f"tuning soft prompt (loss {point['loss']:.3f})")
-            if point["format_rate"] is not None:  # a line per curve point, also in logs without a live bar
-                console.print(f"step {point['step']}/{cfg.steps}: loss {point['loss']:.3f}, held-out tuning "
-                              f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
-
-        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
-                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
-                      name=job.spelling)
-    if result.stopped_early:
-        console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
-    summary = result.summary()
-    if init_record(cfg.init) is not None:
-        summary["init_from"] = init_record(cfg.init)  # the warm start: source folder, digest, what it was tuned on
-    if result.early_stop_step is not None:
-        console.print(f"early stop at step {result.early_stop_step} of {cfg.steps}: the held-out slice follows the "
-                      "format and its loss and format_rate have plateaued")
-    loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
-    first = summary["format_0.9_step"]
-    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s; final loss {loss}; format_rate >= "
-                  f"{FOLLOWS_FORMAT:g} "
-                  + (f"first at step {first}" if first is not None else not_reached(result.curve)))
-    return result.soft, summary, result.curve

@@ -1,9 +1,12 @@
-"""Tune a soft prompt on a task's tuning split: AdamW on the soft prompt only, frozen model.
+"""Tune a trainable part on a task's tuning split: AdamW on that part only, the model's weights frozen.
 
-The loss is cross-entropy on the target tokens only (the answer in the required format, then EOS).
-Every ``curve_every`` steps the soft prompt is scored on a small held-out slice of the tuning split
-(format_rate, accuracy): the learning curve shows format-following saturate while knowledge stays
-flat. A NaN loss stops tuning and keeps the last finite soft prompt. With a checkpoint folder,
+The part is a soft prompt (lm.softprompt.SoftPrompt, the soft-prompt method) or a LoRA adapter put into
+the model (lm.lora.LoraAdapter, the lora method); the one loop reads of it only its prompt method, the
+vectors it puts before the prompt (the soft prompt; none for LoRA), its named tensors and its switch
+between tuning and scoring. The loss is cross-entropy on the target tokens only (the answer in the
+required format, then EOS). Every ``curve_every`` steps the part is scored on a small held-out slice of
+the tuning split (format_rate, accuracy): the learning curve shows format-following saturate while
+knowledge stays flat. A NaN loss stops tuning and keeps the last finite part. With a checkpoint folder,
 tuning resumes where an interrupted run stopped.
 """
 
@@ -62,16 +65,26 @@ class TuneConfig:
     tune_dtype: str = RunConfig.tune_dtype
 
     @classmethod
-    def of(cls, run: RunConfig) -> TuneConfig:
-        """The tuning options of ``run``: each field that is a run option under the same name, and
-        ``num_tokens`` (``tokens``)."""
+    def of(cls, run: RunConfig, method: str = "soft-prompt", n_train: int | None = None) -> TuneConfig:
+        """The tuning options of ``run`` for ``method``: each field that is a run option under the same name,
+        ``num_tokens`` (``tokens``), the lora learning rate (``lora_lr``) for lora, and with ``epochs`` the
+        steps that many passes over ``n_train`` tuning items take in batches of ``batch_size``."""
         shared = {f.name: getattr(run, f.name) for f in fields(cls) if f.name in OPTIONS}
+        if method == "lora":
+            shared["lr"] = run.lora_lr
+        if run.epochs is not None and n_train is not None:
+            shared["steps"] = epoch_steps(run.epochs, n_train, run.batch_size)
         return cls(num_tokens=run.tokens, **shared)
+
+
+def epoch_steps(epochs: float, n_train: int, batch_size: int) -> int:
+    """The steps of ``epochs`` passes over ``n_train`` items in batches of ``batch_size`` (at least 1)."""
+    return max(1, math.ceil(epochs * n_train / batch_size))
 
 
 @dataclass
 class TuneResult:
-    soft: SoftPrompt
+    soft: SoftPrompt | None  # the tuned soft prompt (None when the part was another: a LoRA adapter)
     curve: list[dict]
     steps_run: int
     final_loss: float | None
@@ -80,13 +93,15 @@ class TuneResult:
     config: dict = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)  # steps a run resumed from a checkpoint at
     early_stop_step: int | None = None  # the step an early stop (TuneConfig.early_stop) ended tuning at
+    trainable_parameters: int = 0  # the numbers tuning trained (the soft prompt's, or the LoRA adapter's)
 
     def summary(self) -> dict:
         return {
             "steps_run": self.steps_run, "final_loss": self.final_loss, "stopped_early": self.stopped_early,
             "format_0.9_step": first_step_reaching(self.curve, "format_rate", FOLLOWS_FORMAT),
             "seconds": round(self.seconds, 2), "resumed_at_steps": self.resumed_at,
-            "early_stop_step": self.early_stop_step, **self.config,
+            "early_stop_step": self.early_stop_step, "trainable_parameters": self.trainable_parameters,
+            **self.config,
         }
 
 
@@ -154,11 +169,11 @@ def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int],
 CURVE_MAX_PADDING = 1.25
 
 
-def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Tensor, batch_size: int,
-                held_out_loss: bool = False) -> dict:
+def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Tensor | None, batch_size: int,
+                held_out_loss: bool = False, method: str = "soft-prompt") -> dict:
     task = prompter.task
-    prompts = [prompter.ids(e, "soft-prompt") for e in items]
-    targets = [prompter.target_ids(e) for e in items] if held_out_loss else None
+    prompts = [prompter.ids(e, method) for e in items]
+    targets = [prompter.target_ids(e, method) for e in items] if held_out_loss else None
     gen = generation.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
                               batch_size=batch_size, targets=targets, max_padding=CURVE_MAX_PADDING)
     scored = [score_output(task, e, o) for e, o in zip(items, gen.texts)]
@@ -171,10 +186,12 @@ def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Ten
 
 def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
          checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None,
-         name: Spelling = COMMAND_LINE) -> TuneResult:
+         name: Spelling = COMMAND_LINE, part=None) -> TuneResult:
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
+    ``part``: what is tuned, a LoRA adapter already in ``lm.model`` (lm.lora); default: a soft prompt
+    initialised from ``config`` (``TuneResult.soft``).
     ``checkpoint``: a folder to save the state in at every curve point and to resume from
     (softeval.store.checkpoint). The state records ``identity`` (the run's, from the caller), this config
     and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
@@ -182,71 +199,90 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     """
     started = time.time()
     torch.manual_seed(config.seed)
-    device = lm.device
-    try:
-        soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(device)
-    except InitRefused as refused:
-        raise init_refusal(refused, name) from None
-    optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
+    if part is None:
+        try:
+            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(lm.device)
+        except InitRefused as refused:
+            raise init_refusal(refused, name) from None
+    params = part.trainable()
+    optimizer = torch.optim.AdamW(list(params.values()), lr=config.lr, weight_decay=config.weight_decay)
     tuner = precision.for_tuning(lm, config.tune_dtype)  # lm, or its frozen copy in the tuning dtype
     plan = batches(len(train), config.batch_size, config.steps, config.seed)
     prompts = {}
+
+    def pair(i: int) -> tuple[list[int], list[int]]:
+        if i not in prompts:
+            prompts[i] = (prompter.ids(train[i], part.method), prompter.target_ids(train[i], part.method))
+        return prompts[i]
+
     if config.length_group > 1:
-        for i in {i for b in plan for i in b}:
-            prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
-        plan = length_grouped(plan, lambda i: len(prompts[i][0]) + len(prompts[i][1]),
-                              config.length_group, config.seed)
+        plan = length_grouped(plan, lambda i: sum(map(len, pair(i))), config.length_group, config.seed)
+
+    def scored() -> dict:
+        return curve_point(lm, prompter, curve_items, _detached(part.soft), config.eval_batch_size, config.early_stop,
+                           part.method)
+
     curve: list[dict] = []
     step, last_loss, stopped, early = 0, None, None, None
     earlier_seconds, resumed_at = 0.0, []
     identity = {"run": identity, "tune": asdict(config),
                 "items": hashlib.sha256("\n".join(e.id for e in train + curve_items).encode()).hexdigest()}
-    state = checkpoint and ckpt.load(checkpoint, identity, soft.weight, optimizer, log or _stderr)
+    state = checkpoint and ckpt.load(checkpoint, identity, params, optimizer, log or _stderr)
     if state:
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
         earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
     if step == 0 and config.curve_every and curve_items:
-        curve.append({"step": 0, "loss": None, **curve_point(lm, prompter, curve_items, soft.weight.detach(),
-                                                             config.eval_batch_size, config.early_stop)})
+        curve.append({"step": 0, "loss": None, **scored()})
     if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
         early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
+    what = "soft prompt" if part.method == "soft-prompt" else "adapter"
+    # The loss's head is checked once per model (a probe through it): here, with the adapter's dropout off,
+    # so that the probe neither sees dropout nor draws from the RNG a resumed run restores.
+    tuning_loss.target_head(tuner)
     while step < config.steps and early is None:
-        batch = plan[step]
-        for i in batch:
-            if i not in prompts:
-                prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
-        previous = soft.weight.detach().clone()
+        batch = [pair(i) for i in plan[step]]
+        previous = {key: p.detach().clone() for key, p in params.items()}
         optimizer.zero_grad(set_to_none=True)
-        loss = tuning_loss.target_loss_backward(tuner, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
-                                                soft.weight, config.pass_tokens or None)
+        part.tuning(tuner.model, True)
+        try:
+            loss = tuning_loss.target_loss_backward(tuner, [p for p, _ in batch], [t for _, t in batch], part.soft,
+                                                    config.pass_tokens or None)
+        finally:
+            part.tuning(tuner.model, False)
         if not math.isfinite(loss):
-            stopped = f"loss became {loss} at step {step + 1}; kept the soft prompt of step {step}"
+            stopped = f"loss became {loss} at step {step + 1}; kept the {what} of step {step}"
             break
         optimizer.step()
-        if not torch.isfinite(soft.weight).all():
-            soft.weight.data.copy_(previous)
-            stopped = f"soft prompt became non-finite at step {step + 1}; kept the one of step {step}"
+        if not all(torch.isfinite(p).all() for p in params.values()):
+            with torch.no_grad():
+                for key, p in params.items():
+                    p.copy_(previous[key])
+            stopped = f"{what} became non-finite at step {step + 1}; kept the one of step {step}"
             break
         step += 1
         last_loss = loss
         point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
         at_point = bool(config.curve_every) and (step % config.curve_every == 0 or step == config.steps)
         if curve_items and at_point:
-            point.update(curve_point(lm, prompter, curve_items, soft.weight.detach(), config.eval_batch_size,
-                                     config.early_stop))
+            point.update(scored())
             if config.early_stop and step < config.steps and plateau(curve + [point], len(curve_items)):
                 early = step
         if checkpoint and at_point:  # also without a held-out slice: a killed run resumes from here
-            ckpt.save(checkpoint, soft.weight, optimizer, identity,
+            ckpt.save(checkpoint, params, optimizer, identity,
                       {"step": step, "loss": last_loss, "curve": curve + [point],
                        "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
         curve.append(point)
         if on_step:
             on_step(point)
-    return TuneResult(soft, curve, step, last_loss if last_loss is None or math.isfinite(last_loss) else None,
+    return TuneResult(part if isinstance(part, SoftPrompt) else None, curve, step,
+                      last_loss if last_loss is None or math.isfinite(last_loss) else None,
                       stopped, earlier_seconds + time.time() - started,
                       {**asdict(config), "tune_dtype_ran": precision.dtype_name(precision.model_dtype(tuner))},
-                      resumed_at, early)
+                      resumed_at, early, sum(p.numel() for p in params.values()))
+
+
+def _detached(soft: torch.Tensor | None) -> torch.Tensor | None:
+    return None if soft is None else soft.detach()
 
 
 def _stderr(message: str) -> None:

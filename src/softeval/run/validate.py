@@ -18,6 +18,8 @@ import torch
 from softeval.checks import is_data_file, is_number, is_whole
 from softeval.errors import UserError, shown
 from softeval.lm.backends import BACKENDS
+from softeval.lm.engine import HF
+from softeval.lm.lora import ALL_LINEAR, LORA_TARGETS, parse_targets, peft_module
 from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_device, pick_dtype
 from softeval.lm.softprompt import (
     INIT_GRAMMAR,
@@ -66,6 +68,10 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
         if not low <= value <= high:
             raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if row.range == SEED_RANGE
                             else f"{name.key(key)} must be between {low} and {high}, not {value}")
+    elif row.type is float and row.range is not None:
+        low, high = row.range
+        if not math.isfinite(value) or not low <= value <= high:
+            raise UserError(f"{name.key(key)} must be between {low:g} and {high:g}, not {shown(value)}")
     elif row.type is float:
         if not math.isfinite(value) or value <= 0:
             raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
@@ -108,6 +114,8 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     check_methods(cfg.methods, name)
     for key in OPTIONS:
         check_option(key, getattr(cfg, key), name)
+    if "lora" in cfg.methods:
+        check_lora(cfg, name)
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
     if not isinstance(cfg.source, str) or not cfg.source.strip():
         raise UserError(f"{name.key('source')} must be offline, hub or a data file")
@@ -135,12 +143,24 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
             check_width(given, shape, cfg.model)
 
 
+def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
+    """What a lora run needs before anything loads: peft installed (the peft extra) and at least one target
+    layer named; a name no layer of the model has is refused once the model is loaded (lm.lora)."""
+    peft_module()
+    if not parse_targets(cfg.lora_targets):
+        raise UserError(f"{name.key('lora_targets')} must name at least one linear layer (e.g. "
+                        f"{','.join(LORA_TARGETS)}) or be {ALL_LINEAR}")
+
+
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
     """Engine arguments only for the backend that reads them (``--vllm-arg`` with ``--backend vllm``);
     then the backend's own checks (``engine.Backend.check``; vLLM: a model it can load, vLLM installed
     for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
     else (a sweep's driver) what can be checked away from it."""
     chosen = BACKENDS[cfg.backend]
+    if "lora" in cfg.methods and not chosen.lora:
+        raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method lora: its engine does not read "
+                        f"the adapter put into the transformers model; run lora with {name.setting('backend', HF)}")
     for other in BACKENDS.values():
         if other.args is not None and other.args != chosen.args and getattr(cfg, other.args):
             raise UserError(f"{name.key(other.args)} sets {other.label}'s engine; add "

@@ -4,8 +4,8 @@ A runs folder may be shared, so a checkpoint is untrusted input: loading one mus
 (``torch.load`` of a pickle can), and a damaged or foreign one must be discarded with a message, not
 crash or be resumed from. Files:
 
-- ``tune_state-<step>.safetensors``: ``soft`` (the soft prompt) and ``optim.<param>.<name>`` (AdamW's
-  moment tensors and step counter);
+- ``tune_state-<step>.safetensors``: the tuned tensors by name (``soft``: the soft prompt; a LoRA adapter's
+  A and B by their parameter names) and ``optim.<param>.<name>`` (AdamW's moment tensors and step counter);
 - ``tune_state.json``: format, step, loss, curve so far, seconds, resumed_at, the RNG states as lists,
   the optimizer's non-tensor state, the run identity, and the tensor file's name and sha256.
 
@@ -46,12 +46,14 @@ def files(folder: Path) -> list[Path]:
     return [p for p in candidates if p.exists()]
 
 
-def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, identity: dict, meta: dict) -> None:
-    """Write the checkpoint of step ``meta['step']`` (meta: step, loss, curve, seconds, resumed_at)."""
+def save(folder: Path, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, identity: dict,
+         meta: dict) -> None:
+    """Write the checkpoint of step ``meta['step']`` (meta: step, loss, curve, seconds, resumed_at); ``params``:
+    the tuned tensors by name, in the optimizer's order."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = optimizer.state_dict()
-    tensors = {"soft": soft.detach().cpu().contiguous()}
+    tensors = {name: p.detach().cpu().contiguous() for name, p in params.items()}
     plain: dict[str, dict] = {}
     for pid, values in state["state"].items():
         for name, value in values.items():
@@ -73,9 +75,10 @@ def save(folder: Path, soft: torch.Tensor, optimizer: torch.optim.Optimizer, ide
             old.unlink(missing_ok=True)
 
 
-def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.optim.Optimizer,
+def load(folder: Path, identity: dict, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
          log: Callable[[str], None]) -> dict | None:
-    """Restore soft prompt, optimizer and RNG from the folder's checkpoint and return its JSON record;
+    """Restore the tuned tensors (``params``, by name, in the optimizer's order), optimizer and RNG from the
+    folder's checkpoint and return its JSON record;
     None (and nothing changed) when there is none. A damaged file or a checkpoint of another run is
     deleted with a message via ``log``, and None returned: tuning starts afresh."""
     folder = Path(folder)
@@ -86,7 +89,7 @@ def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.opti
         record, tensors = _read(folder)
         if record["identity"] != json.loads(json.dumps(identity, default=_jsonable)):
             raise ValueError("it was written for other settings")
-        optim_state = _optimizer_state(record, tensors, soft)
+        optim_state = _optimizer_state(record, tensors, params)
         rng = _rng_from(record["rng"])
         optimizer.load_state_dict(optim_state)  # last: it either fails unchanged or succeeds
     except (OSError, ValueError, KeyError, TypeError, IndexError, SafetensorError, RuntimeError) as err:
@@ -94,7 +97,8 @@ def load(folder: Path, identity: dict, soft: torch.Tensor, optimizer: torch.opti
         log(f"discarded the tuning checkpoint in {folder} ({err}); tuning starts afresh")
         return None
     with torch.no_grad():
-        soft.copy_(tensors["soft"].to(soft.device))
+        for name, param in params.items():
+            param.copy_(tensors[name].to(param.device))
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     if "cuda" in rng:
@@ -136,18 +140,22 @@ def _check_meta(record: dict) -> None:
         raise ValueError(f"{TUNE_STATE_FILE} has resumed_at {shown(resumed)}")
 
 
-def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], soft: torch.Tensor) -> dict:
-    saved = tensors["soft"]
-    if saved.shape != soft.shape or saved.dtype != soft.dtype:
-        raise ValueError(f"its soft prompt is {tuple(saved.shape)} {saved.dtype}, this run's is "
-                         f"{tuple(soft.shape)} {soft.dtype}")
+def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> dict:
+    saved = {k for k in tensors if not k.startswith("optim.")}
+    if saved != set(params):
+        raise ValueError(f"it holds the tensors {sorted(saved)[:4]}, this run tunes {sorted(params)[:4]}")
+    for name, param in params.items():
+        if tensors[name].shape != param.shape or tensors[name].dtype != param.dtype:
+            raise ValueError(f"its {name} is {tuple(tensors[name].shape)} {tensors[name].dtype}, this run's is "
+                             f"{tuple(param.shape)} {param.dtype}")
+    shapes = [param.shape for param in params.values()]
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, pid, name = key.split(".", 2)
-            if name.startswith("exp_avg") and value.shape != soft.shape:
+            if name.startswith("exp_avg") and value.shape != shapes[int(pid)]:
                 raise ValueError(f"optimizer tensor {name} has shape {tuple(value.shape)}")
-            state.setdefault(int(pid), {})[name] = value.to(soft.device)
+            state.setdefault(int(pid), {})[name] = value.to(next(iter(params.values())).device)
     for pid, values in record["optimizer"]["state"].items():
         state.setdefault(int(pid), {}).update(values)
     return {"state": state, "param_groups": record["optimizer"]["param_groups"]}

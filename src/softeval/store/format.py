@@ -29,8 +29,10 @@ from softeval.store.record import RESULTS_FILE, RunFormatError, check
 
 # In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
 SAMPLES_FILE = "samples.jsonl"
-CURVE_FILE = "curve.jsonl"  # soft-prompt runs: the learning curve
+CURVE_FILE = "curve.jsonl"  # soft-prompt and lora runs: the learning curve
 SOFT_PROMPT_FOLDER = "soft_prompt"  # soft-prompt runs: the tuned prompt (softeval.lm.softprompt's format)
+LORA_FOLDER = "lora_adapter"  # lora runs: the tuned adapter (PEFT's LoRA format: softeval.lm.lora)
+ADAPTER_FOLDERS = {"soft-prompt": SOFT_PROMPT_FOLDER, "lora": LORA_FOLDER}  # what a finished run of each holds
 CONFIG_FILE = "config.json"  # the run's options, written when its partial folder is started
 
 # Only in a partial folder: the resume state, which a finished run deletes.
@@ -204,8 +206,9 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """Raise RunFormatError when a finished run's files do not hold together: samples.jsonl is not the
     file results.json was written with (``verify_samples``), its items do not have distinct ids, the
     numbers results.json shows (n, metrics, answers) are not the ones its samples give (an edited
-    results.json), or a soft-prompt run lacks its adapter (soft_prompt/). Each is damage: `softeval run`
-    moves the run aside and scores it again, every reader skips it saying why. Returns the samples."""
+    results.json), or a soft-prompt or lora run lacks its adapter (soft_prompt/, lora_adapter/). Each is
+    damage: `softeval run` moves the run aside and scores it again, every reader skips it saying why.
+    Returns the samples."""
     samples = verify_samples(run_dir, results)
     seen: dict[str, int] = {}
     for row_no, sample in enumerate(samples, 1):
@@ -225,9 +228,9 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
         if key in results and not _same(results[key], expected):
             which = _first_difference(results[key], expected, key)
             raise RunFormatError(f"{RESULTS_FILE} {which}, not what its {SAMPLES_FILE} gives (edited?): {DAMAGED}")
-    adapter = Path(run_dir) / SOFT_PROMPT_FOLDER / ADAPTER_WEIGHTS
-    if results["method"] == "soft-prompt" and not adapter.is_file():
-        raise RunFormatError(f"a soft-prompt run without its adapter ({SOFT_PROMPT_FOLDER}/{ADAPTER_WEIGHTS} is "
+    folder = ADAPTER_FOLDERS.get(results["method"])
+    if folder is not None and not (Path(run_dir) / folder / ADAPTER_WEIGHTS).is_file():
+        raise RunFormatError(f"a {results['method']} run without its adapter ({folder}/{ADAPTER_WEIGHTS} is "
                              f"missing): {DAMAGED}")
     return samples
 

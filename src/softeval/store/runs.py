@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from softeval.errors import UserError
+from softeval.protocol import TUNED_METHODS
 from softeval.store import index
 from softeval.store.format import (
     CONFIG_FILE,
@@ -61,8 +62,9 @@ NOT_IDENTITY = (
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt",
-                     "soft_prompt_sha256"), ("soft-prompt",)),
+    **dict.fromkeys(("steps", "epochs", "curve_every", "length_group", "early_stop", "tune_dtype"), TUNED_METHODS),
+    **dict.fromkeys(("lr", "init", "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
+    **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
     "shots": ("few-shot",),
 }
 NOT_RECORDED = "not recorded"

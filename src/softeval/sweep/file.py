@@ -21,7 +21,7 @@ import yaml
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
-from softeval.protocol import ADAPTER_WEIGHTS, METHODS
+from softeval.protocol import ADAPTER_WEIGHTS, DEFAULT_METHODS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
@@ -157,7 +157,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
     previous: dict[tuple, SweepJob] = {}  # (series, task, seed) -> the last checkpoint's soft-prompt job
     for model in models:
         for task in tasks:
-            options = {"methods": list(METHODS), "seeds": [0], **shared, **model.options, **task.options}
+            options = {"methods": list(DEFAULT_METHODS), "seeds": [0], **shared, **model.options, **task.options}
             methods, seeds = options.pop("methods"), options.pop("seeds")
             for seed in seeds:
                 for method in methods:

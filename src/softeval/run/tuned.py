@@ -1,0 +1,85 @@
+"""The tuned methods of a run: tune its soft prompt (soft-prompt) or its LoRA adapter (lora) with the one
+tuning loop (run/tune.py), with a progress bar and a line per curve point, and say how tuning went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from softeval.consoles import progress_bar
+from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
+from softeval.lm.softprompt import SoftPrompt, init_record
+from softeval.metrics import FOLLOWS_FORMAT
+from softeval.run.config import RunConfig
+from softeval.run.tune import TuneConfig, TuneResult, tune
+
+ADVICE = {  # what to try when the held-out format was never reached, per method
+    "soft-prompt": "the soft prompt did not learn the format, so its scores are not format-free; try more --steps, "
+                   "another --lr or --init text:\"<the answer format>\" (docs/design.md, the tuning recipe)",
+    "lora": "the adapter did not learn the format, so its scores are not format-free; try more --steps (or --epochs) "
+            "or another --lora-lr (docs/design.md, train-before-test)",
+}
+
+
+def not_reached(curve: list[dict], method: str = "soft-prompt") -> str:
+    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try."""
+    points = [p for p in curve if p.get("format_rate") is not None]
+    if not points:
+        return "not measured (no held-out slice: --curve-items 0)"
+    best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
+    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): "
+            + ADVICE[method])
+
+
+def lora_settings(cfg: RunConfig) -> LoraSettings:
+    """The adapter a lora run of ``cfg`` tunes (its --lora-* options)."""
+    return LoraSettings(rank=cfg.lora_rank, alpha=float(cfg.lora_alpha), dropout=float(cfg.lora_dropout),
+                        targets=parse_targets(cfg.lora_targets))
+
+
+def tune_soft_prompt(job, partial: Path, identity: dict) -> tuple[SoftPrompt, dict, list[dict]]:
+    """Tune the soft prompt of ``job`` (a pipeline.Job); its tuning summary (results.json ``tuning``), curve."""
+    result = _tune(job, partial, identity, None)
+    summary = result.summary()
+    if init_record(job.config.init) is not None:  # the warm start: source folder, digest, what it was tuned on
+        summary["init_from"] = init_record(job.config.init)
+    return result.soft, summary, result.curve
+
+
+def tune_lora(job, adapter: LoraAdapter, partial: Path, identity: dict) -> tuple[dict, list[dict]]:
+    """Tune ``adapter``, already in the model of ``job``; its tuning summary and curve."""
+    result = _tune(job, partial, identity, adapter)
+    summary = result.summary()
+    for key in ("num_tokens", "init"):  # the soft prompt's settings, which a lora run does not read
+        summary.pop(key, None)
+    summary["lora"] = adapter.settings.record()
+    return summary, result.curve
+
+
+def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
+    cfg, console = job.config, job.console
+    method = "soft-prompt" if part is None else part.method
+    tcfg = TuneConfig.of(cfg, method, len(job.train))
+    what = "soft prompt" if part is None else "LoRA adapter"
+    with progress_bar(console) as bar:
+        bar_id = bar.add_task(f"tuning {what}", total=tcfg.steps)
+
+        def on_step(point: dict) -> None:
+            bar.update(bar_id, completed=point["step"], description=f"tuning {what} (loss {point['loss']:.3f})")
+            if point["format_rate"] is not None:  # a line per curve point, also in logs without a live bar
+                console.print(f"step {point['step']}/{tcfg.steps}: loss {point['loss']:.3f}, held-out tuning "
+                              f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
+
+        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
+                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
+                      name=job.spelling, part=part)
+    if result.stopped_early:
+        console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
+    if result.early_stop_step is not None:
+        console.print(f"early stop at step {result.early_stop_step} of {tcfg.steps}: the held-out slice follows the "
+                      "format and its loss and format_rate have plateaued")
+    loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
+    first = result.summary()["format_0.9_step"]
+    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s ({result.trainable_parameters:,} "
+                  f"trainable parameters); final loss {loss}; format_rate >= {FOLLOWS_FORMAT:g} "
+                  + (f"first at step {first}" if first is not None else not_reached(result.curve, method)))
+    return result
