@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from softeval.analysis.paired import PairedTest, paired_test
+from softeval.analysis.post_scores import PostScores, boot_post_scores, check_pairs
 from softeval.analysis.ranking_stats import (
     MIN_BOOT,
     ItemScores,
@@ -85,10 +86,19 @@ class Comparison:
     best_method: dict[str, Any] | None
     notes: list[str]
     skipped: list[str]
+    post_scores: str | None = None  # --post-scores FILE: the post-trained side came from this file, not from runs
+
+    @property
+    def post_side(self) -> str:
+        """How every output names the post-trained side: the runs' method, or the file the scores came from."""
+        if self.post_scores is not None:
+            return f"scores from {self.post_scores} (--post-scores, not runs)"
+        return f"{self.post_method} {self.metric}"
 
     def to_json(self) -> dict[str, Any]:
         return _clean({
-            "metric": self.metric, "post_method": self.post_method, "pairs": [list(p) for p in self.pairs],
+            "metric": self.metric, "post_method": None if self.post_scores else self.post_method,
+            "post_scores": self.post_scores, "post_side": self.post_side, "pairs": [list(p) for p in self.pairs],
             "n_boot": self.n_boot, "confidence": 0.95,
             "ci_of": "kendall_tau (percentile bootstrap over items)",
             "results": [r.to_json() for r in self.results], "average": [r.to_json() for r in self.average],
@@ -137,9 +147,11 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "accuracy",
-                 post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0) -> Comparison:
-    """Rank correlations per task and method, their mean over tasks, and the best-predicting method."""
-    _check_inputs(runs, pairs, metric, post_method)
+                 post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0,
+                 post_scores: PostScores | None = None) -> Comparison:
+    """Rank correlations per task and method, their mean over tasks, and the best-predicting method.
+    ``post_scores``: the post-trained side read from a file (analysis.post_scores) instead of runs."""
+    _check_inputs(runs, pairs, metric, post_method, post_scores)
     if not is_whole(n_boot) or n_boot < MIN_BOOT:
         raise UserError(f"--n-boot must be at least {MIN_BOOT} (a 95% interval needs replicates to spread), "
                         f"not {shown(n_boot)}")
@@ -148,15 +160,20 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
     results: list[Correlation] = []
     rng = np.random.default_rng(seed)
     for task in sorted({r.task for r in runs}):
-        results.extend(_compare_task(runs, task, pairs, metric, post_method, n_boot, rng, notes, skipped))
+        results.extend(_compare_task(runs, task, pairs, metric, post_method, n_boot, rng, notes, skipped,
+                                     post_scores))
     if not results:
         raise UserError("nothing to correlate: " + "; ".join(skipped or ["no task has runs of every model"]))
+    if post_scores is not None:
+        notes.append(post_scores.note)
     average = _averages(results)
     best = _best(average, results)
-    return Comparison(metric, post_method, pairs, n_boot, results, average, best, notes, skipped)
+    return Comparison(metric, post_method, pairs, n_boot, results, average, best, notes, skipped,
+                      None if post_scores is None else post_scores.path)
 
 
-def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str) -> None:
+def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str,
+                  post_scores: PostScores | None) -> None:
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     if post_method not in POST_METHODS:
@@ -168,6 +185,9 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
     if len(set(names)) != len(names):
         raise UserError("each model may appear in only one pair, on one side")
     known = sorted({r.model for r in runs})
+    if post_scores is not None:
+        check_pairs(pairs, post_method, post_scores)
+        names = [base for base, _ in pairs]
     for name in names:
         if not runs_of(runs, name):
             raise UserError(f"no finished runs for model {shown(name)}; "
@@ -176,14 +196,20 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
 
 def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metric: str, post_method: str,
                   n_boot: int, rng: np.random.Generator, notes: list[str],
-                  skipped: list[str]) -> list[Correlation]:
+                  skipped: list[str], post_scores: PostScores | None = None) -> list[Correlation]:
     task_runs = [r for r in runs if r.task == task]
-    absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)]
+    absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)
+              and (post_scores is None or name not in {p for _, p in pairs})]
     if absent:
         skipped.append(f"{task}: no runs for {', '.join(absent)}")
         return []
-    post_runs = []
-    for _, post in pairs:
+    filed = [post_scores.get(post, task) for _, post in pairs] if post_scores is not None else []
+    if post_scores is not None and None in filed:
+        lacking = [post for (_, post), row in zip(pairs, filed) if row is None]
+        skipped.append(f"{task}: {post_scores.path} has no score of {', '.join(lacking)}")
+        return []
+    post_runs = []  # none when the post-trained scores are filed
+    for _, post in pairs if post_scores is None else []:
         mine = runs_of(task_runs, post)
         method = post_method if post_method != "best" else _best_own_method(mine, metric)
         chosen = [r for r in mine if r.method == method]
@@ -213,10 +239,15 @@ def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metr
     if len(common) < 2:
         skipped.append(f"{task}: fewer than 2 items common to all models")
         return []
-    posts = [s.aligned(common) for s in posts]
-    post_point = [s.score() for s in posts]
-    state = rng.bit_generator.state  # same item draws for every method: replicates are paired
-    post_boot = bootstrap_scores(posts, n_boot, rng)
+    if post_scores is None:
+        posts = [s.aligned(common) for s in posts]
+        post_point = [s.score() for s in posts]
+        state = rng.bit_generator.state  # same item draws for every method: replicates are paired
+        post_boot = bootstrap_scores(posts, n_boot, rng)
+    else:  # from the file: no items to resample; drawn from a generator of their own, the same for every method
+        post_point = [row.score for row in filed]
+        post_boot = boot_post_scores(filed, n_boot, np.random.default_rng(rng.integers(2**63)))
+        state = rng.bit_generator.state
     rows = []
     for m in methods:
         scores = [s.aligned(common) for s in bases[m]]

@@ -15,6 +15,7 @@ from typing import Any
 
 from softeval.analysis import plots
 from softeval.analysis.compare import Comparison, compare_runs, load_runs, paired_method_tests, samples_of
+from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import render as render_template
 from softeval.analysis.verdict import PAIRS as VERDICT_PAIRS
@@ -47,12 +48,14 @@ def build_report(
     metric: str = "accuracy",
     post_method: str = "zero-shot",
     n_boot: int = 1000,
+    post_scores: PostScores | None = None,
 ) -> Path:
-    """Scan the runs folder, compute the ranking analysis if pairs are given, write the HTML file."""
+    """Scan the runs folder, compute the ranking analysis if pairs are given (its post-trained side from
+    ``post_scores``, a file, where given), write the HTML file."""
     output = Path(output)
     _check_output(output)  # before the analysis, which can take a while
     runs, skipped = load_runs(Path(out_root), keep_samples=True)
-    comparison = compare_runs(runs, pairs, metric, post_method, n_boot) if pairs else None
+    comparison = compare_runs(runs, pairs, metric, post_method, n_boot, post_scores=post_scores) if pairs else None
     page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")

@@ -26,6 +26,7 @@ from softeval.analysis.compare import (
     paired_method_tests,
     parse_pairs,
 )
+from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
 from softeval.metrics import kind_label
@@ -76,6 +77,10 @@ def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
         "'best' takes each one's highest-scoring method)",
     )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
+    p.add_argument("--post-scores", metavar="FILE", default=None,
+                   help="the post-trained side from a CSV or JSON file (columns model, task, score in [0,1], "
+                   "optionally n: a leaderboard's or model card's numbers) instead of runs; POST of each --pair "
+                   "names a model of the file")
 
 
 def _runs_dir(args: argparse.Namespace) -> Path:
@@ -129,13 +134,25 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _post_scores(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> PostScores | None:
+    """The --post-scores file, read and checked before any run is; None without one."""
+    if args.post_scores is None:
+        return None
+    if not pairs:
+        raise UserError(f"--post-scores {args.post_scores} is the post-trained side of a ranking: give --pair "
+                        "BASE=POST for each base model (at least 3), POST as the file names it")
+    return read_post_scores(args.post_scores)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
-    runs, skipped = load_runs(out)
     pairs = parse_pairs(args.pair)
+    post_scores = _post_scores(args, pairs)
+    runs, skipped = load_runs(out)
     paired_metric = args.metric if PER_ITEM.get(args.metric, ("", None))[1] is None else "accuracy"
     paired = paired_method_tests(runs, paired_metric)
-    comparison = compare_runs(runs, pairs, args.metric, args.post_method, args.n_boot) if pairs else None
+    comparison = compare_runs(runs, pairs, args.metric, args.post_method, args.n_boot,
+                              post_scores=post_scores) if pairs else None
     if args.json:
         data = comparison.to_json() if comparison else {}
         data["paired_tests"] = [row.to_json() for row in paired]
@@ -181,7 +198,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = _runs_dir(args)
     pairs = parse_pairs(args.pair) if args.pair else None
-    path = build_report(out, Path(args.output), pairs, args.metric, args.post_method, args.n_boot)
+    post_scores = _post_scores(args, pairs or [])
+    path = build_report(out, Path(args.output), pairs, args.metric, args.post_method, args.n_boot, post_scores)
     Console().print(f"Wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", markup=False, highlight=False)
     return 0
 
@@ -189,7 +207,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _print_comparison(console: Console, c: Comparison) -> None:
     n_pairs = len(c.pairs)
     table = Table(
-        title=f"{n_pairs} pairs: base {c.metric} against post-trained {c.metric} ({c.post_method}), "
+        title=f"{n_pairs} pairs: base {c.metric} against post-trained {c.post_side}, "
         f"95% bootstrap intervals over items"
     )
     for col in ("task", "base method", "Kendall tau [95% CI]", "Spearman rho [95% CI]", "items"):
