@@ -131,7 +131,7 @@ def test_filed_scores_give_the_same_ranking_statistics_as_runs_with_those_scores
     assert row.kendall_tau == pytest.approx(2 / 3) and row.spearman_rho == pytest.approx(0.8)  # as test_compare
     assert row.post_scores == {"post-1": 0.2, "post-2": 0.5, "post-3": 0.6, "post-4": 0.7}
     data = filed.to_json()
-    assert data["post_scores"] == str(tmp_path / "leaderboard.csv") and data["post_method"] is None
+    assert data["post_scores_file"] == str(tmp_path / "leaderboard.csv") and data["post_method"] is None
     assert "not runs" in data["post_side"] and any("not from runs" in note for note in data["notes"])
     # with n, the filed scores are drawn too: the interval can only widen
     wider = compare_runs(runs, PAIRS, n_boot=200, post_scores=read_post_scores(_file(tmp_path, [.2, .5, .6, .7], 20)))
@@ -168,7 +168,7 @@ def test_cli_compare_names_the_file_in_the_table_and_json(tmp_path: Path, capsys
     assert "scores from" in table and "leaderboard.csv" in table
     assert _cli("compare", str(tmp_path / "runs"), "--json", "--n-boot", "100", "--post-scores", str(path),
                 *pairs) == 0
-    assert json.loads(capsys.readouterr().out)["post_scores"] == str(path)
+    assert json.loads(capsys.readouterr().out)["post_scores_file"] == str(path)
     with pytest.raises(UserError, match="give --pair BASE=POST"):
         _cli("compare", str(tmp_path / "runs"), "--post-scores", str(path))
 

@@ -181,3 +181,23 @@ def test_f1_shows_in_the_run_table_and_the_report(tmp_path: Path, capsys: pytest
     only_mc = tmp_path / "mc"
     write_run(only_mc, "m", "mmlu", "zero-shot", [True, False])
     assert "<th>f1</th>" not in build_report(only_mc, tmp_path / "mc.html").read_text(encoding="utf-8")
+
+
+def test_a_lora_run_gets_its_column_curve_and_ranking_row_and_none_without_one(tmp_path: Path) -> None:
+    """lora is an ordinary method in the report: its strict accuracy beside the others in the knowledge
+    table, its learning curve drawn, its row in the ranking; a report without lora runs has no lora column."""
+    pairs = [(f"b{i}", f"p{i}") for i in range(3)]
+    curve = [{"step": 0, "loss": None, "format_rate": 0.0, "accuracy": 0.0},
+             {"step": 10, "loss": 1.2, "format_rate": 1.0, "accuracy": 0.5}]
+    for i, (base, post) in enumerate(pairs):
+        write_run(tmp_path / "runs", base, "mmlu", "zero-shot", [k < i for k in range(6)])
+        write_run(tmp_path / "runs", base, "mmlu", "lora", [k < i + 2 for k in range(6)], curve=curve)
+        write_run(tmp_path / "runs", post, "mmlu", "zero-shot", [k < i + 3 for k in range(6)],
+                  model_kind="post-trained")
+    page = build_report(tmp_path / "runs", tmp_path / "r.html", pairs=pairs, n_boot=60).read_text(encoding="utf-8")
+    assert "<th>lora</th>" in page
+    assert "Learning curves (soft-prompt and lora tuning)" in page and "No soft-prompt or lora runs" not in page
+    assert re.search(r"<td>mmlu</td><td>lora</td>", page)
+    alone = tmp_path / "alone"
+    write_run(alone, "m", "mmlu", "zero-shot", [True, False])
+    assert "<th>lora</th>" not in build_report(alone, tmp_path / "a.html").read_text(encoding="utf-8")

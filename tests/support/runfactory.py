@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from softeval.protocol import TUNED_METHODS
+from softeval.store.format import ADAPTER_FOLDERS
 from softeval.store.record import RESULTS_FORMAT_VERSION
 
 
@@ -103,7 +105,7 @@ def write_run(
         "item_ids": ids,
         "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
         "chat_template": False, "engine": {"backend": "hf"}, "truncated_prompts": 0, "unscorable": 0,
-        "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method == "soft-prompt" else None,
+        "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method in TUNED_METHODS else None,
         "config": {}, "versions": {"python": "3.11"}, "git": None,
         "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
         "wall_seconds": 60.0,
@@ -111,9 +113,9 @@ def write_run(
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (run_dir / "samples.jsonl").write_text(text, encoding="utf-8")
-    if method == "soft-prompt":  # a finished soft-prompt run holds its adapter (a stand-in: nothing reads it)
-        (run_dir / "soft_prompt").mkdir(exist_ok=True)
-        (run_dir / "soft_prompt" / "adapter_model.safetensors").write_bytes(b"stand-in")
+    if method in ADAPTER_FOLDERS:  # a finished tuned run holds its adapter (a stand-in: nothing reads it)
+        (run_dir / ADAPTER_FOLDERS[method]).mkdir(exist_ok=True)
+        (run_dir / ADAPTER_FOLDERS[method] / "adapter_model.safetensors").write_bytes(b"stand-in")
     if curve is not None:
         (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
     return run_dir

@@ -86,19 +86,19 @@ class Comparison:
     best_method: dict[str, Any] | None
     notes: list[str]
     skipped: list[str]
-    post_scores: str | None = None  # --post-scores FILE: the post-trained side came from this file, not from runs
+    post_file: str | None = None  # --post-scores FILE: the post-trained side came from this file, not from runs
 
     @property
     def post_side(self) -> str:
         """How every output names the post-trained side: the runs' method, or the file the scores came from."""
-        if self.post_scores is not None:
-            return f"scores from {self.post_scores} (--post-scores, not runs)"
+        if self.post_file is not None:
+            return f"scores from {self.post_file} (--post-scores, not runs)"
         return f"{self.post_method} {self.metric}"
 
     def to_json(self) -> dict[str, Any]:
         return _clean({
-            "metric": self.metric, "post_method": None if self.post_scores else self.post_method,
-            "post_scores": self.post_scores, "post_side": self.post_side, "pairs": [list(p) for p in self.pairs],
+            "metric": self.metric, "post_method": None if self.post_file else self.post_method,
+            "post_scores_file": self.post_file, "post_side": self.post_side, "pairs": [list(p) for p in self.pairs],
             "n_boot": self.n_boot, "confidence": 0.95,
             "ci_of": "kendall_tau (percentile bootstrap over items)",
             "results": [r.to_json() for r in self.results], "average": [r.to_json() for r in self.average],

@@ -167,7 +167,7 @@ def rank_scatter(comparison: Comparison, task: str) -> Figure:
         rho = "n/a" if row.spearman_rho is None or math.isnan(row.spearman_rho) else f"{row.spearman_rho:.2f}"
         ax.set_title(f"{task} · {row.method}\nKendall τ={tau}  Spearman ρ={rho}", fontsize=8.5)
         ax.set_xlabel(f"base model {comparison.metric} ({row.method})", fontsize=8)
-        ax.set_ylabel(f"post-trained score (from {Path(comparison.post_scores).name})" if comparison.post_scores
+        ax.set_ylabel(f"post-trained score (from {Path(comparison.post_file).name})" if comparison.post_file
                       else f"post-trained {comparison.metric} ({comparison.post_method})", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
