@@ -161,3 +161,14 @@ def test_lora_on_vllm_and_without_peft_are_one_line_refusals_before_any_model_lo
     with pytest.raises(UserError, match="--lora-dropout must be between 0 and 0.99"):
         pipeline.run_job(toy_config(tmp_path, model="org/tiny", methods=("zero-shot",), lora_dropout=1.0))
     assert not any(tmp_path.rglob("*.partial"))
+
+
+def test_a_lora_run_tunes_at_its_own_rate_and_epochs_count_passes_over_the_tuning_split(tmp_path):
+    cfg = toy_config(tmp_path, lr=0.05, lora_lr=3e-4, steps=7, batch_size=8)
+    assert TuneConfig.of(cfg, "soft-prompt", 100).lr == 0.05 and TuneConfig.of(cfg, "lora", 100).lr == 3e-4
+    assert TuneConfig.of(cfg, "lora", 100).steps == 7  # no --epochs: --steps
+    by_epochs = toy_config(tmp_path, epochs=2.5, batch_size=8)
+    assert TuneConfig.of(by_epochs, "lora", 100).steps == 32  # ceil(2.5 * 100 / 8)
+    assert TuneConfig.of(by_epochs, "soft-prompt", 3).steps == 1  # at least one step
+    with pytest.raises(UserError, match="--epochs must be a positive finite number"):
+        pipeline.run_job(toy_config(tmp_path, model="org/tiny", methods=("lora",), epochs=0.0))
