@@ -27,14 +27,14 @@ import torch
 
 from softeval.errors import UserError
 from softeval.lm.models import LoadedModel
-from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS, LORA_FORMAT_VERSION
+from softeval.lm.softprompt import SOFTEVAL_META
+from softeval.protocol import LORA_FORMAT_VERSION
 
 # The default targets: the attention projections of Llama, Gemma, Qwen, Mistral and most decoders.
 # PEFT's own default for those is q_proj and v_proj alone; train-before-test (lm-harmony) kept that default.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 ALL_LINEAR = "all-linear"  # PEFT's name for every linear layer but the output head
 PEFT_MISSING = "--method lora needs peft, which is not installed: pip install 'softeval[peft]'"
-SOFTEVAL_META = "softeval.json"
 
 
 def peft_module():
@@ -44,14 +44,6 @@ def peft_module():
     except ImportError:
         raise UserError(PEFT_MISSING) from None
     return peft
-
-
-def peft_installed() -> bool:
-    try:
-        peft_module()
-    except UserError:
-        return False
-    return True
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
@@ -145,6 +137,3 @@ def attached(lm: LoadedModel, settings: LoraSettings, seed: int = 0) -> Iterator
     finally:
         adapter.detach()
 
-
-def saved_files(folder: Path) -> tuple[Path, Path]:
-    return Path(folder) / ADAPTER_CONFIG, Path(folder) / ADAPTER_WEIGHTS

@@ -18,7 +18,7 @@ from rich.console import Console
 from softeval.consoles import message_console, progress_bar
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
-from softeval.lm import loglik, memory
+from softeval.lm import loglik, lora, memory
 from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
 from softeval.lm.lora import LoraAdapter
@@ -212,12 +212,10 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     """Tune (soft-prompt, lora) and score one method into its run folder; its results. A lora run's adapter is
     in the model while it tunes and scores, and taken out however the run ends: the next method, in this
     process, scores the model as loaded."""
-    adapter = LoraAdapter(job.lm, lora_settings(job.config), job.config.seed) if method == "lora" else None
-    try:
+    if method != "lora":
+        return _tune_and_score(job, method, folder, identity, None)
+    with lora.attached(job.lm, lora_settings(job.config), job.config.seed) as adapter:
         return _tune_and_score(job, method, folder, identity, adapter)
-    finally:
-        if adapter is not None:
-            adapter.detach()
 
 
 def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, adapter: LoraAdapter | None) -> dict:
