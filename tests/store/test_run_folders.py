@@ -90,7 +90,8 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     assert set(identity_of(config.options("soft-prompt"))) == every - set(NOT_IDENTITY) - {"shots"}
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
-    tuning = {"steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt"}
+    tuning = {"steps", "lr", "lr_schedule", "init", "curve_every", "length_group", "early_stop", "tune_dtype",
+              "soft_prompt"}
     assert set(identity_of(config.options("few-shot"))) == every - set(NOT_IDENTITY) - tuning
     assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY) - tuning - {"shots"}
     # Output root, --force, --wait: the same run, found and skipped.

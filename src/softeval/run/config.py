@@ -29,6 +29,8 @@ from softeval.store.runs import FINGERPRINT
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
+LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
+
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
@@ -128,8 +130,11 @@ class RunConfig:
     steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
     tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
     lr: float = option(float, 3e-2, "AdamW learning rate (default %(default)s)", where=TUNING)
-    init: str = option(str, "vocab", 'vocab (default), random, text:"...", or from:PATH (warm start from a saved '
-                       "soft prompt: the soft_prompt/ folder of a run)", where=TUNING)
+    lr_schedule: str = option(str, "constant", "constant (the default) or linear: the learning rate falls "
+                              "linearly from --lr to 0 over --steps", choices=LR_SCHEDULES, where=TUNING)
+    init: str = option(str, "vocab", 'vocab (default), random, instruction (the task\'s own instruction), text:"...", '
+                       "or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)",
+                       where=TUNING)
     batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
     curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
                               range=(1, 1_000_000), where=TUNING)

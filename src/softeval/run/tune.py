@@ -41,6 +41,7 @@ class TuneConfig:
     steps: int = RunConfig.steps
     batch_size: int = RunConfig.batch_size
     lr: float = RunConfig.lr
+    lr_schedule: str = RunConfig.lr_schedule
     weight_decay: float = 0.0
     seed: int = RunConfig.seed
     curve_every: int = RunConfig.curve_every
@@ -95,6 +96,14 @@ class TuneResult:
 # ("Early stop") shows the scored results it gives next to the full 80 steps.
 EARLY_STOP_MIN_DELTA = 0.01
 EARLY_STOP_MIN_POINTS = 2
+
+
+def lr_at(config: TuneConfig, step: int) -> float:
+    """The learning rate of the step after ``step`` steps: ``lr`` throughout (constant), or falling
+    linearly to 0 over ``steps`` (linear). A function of the step alone, so a resumed run continues it."""
+    if config.lr_schedule == "linear":
+        return config.lr * (1 - step / config.steps)
+    return config.lr
 
 
 def plateau(curve: list[dict], n_items: int) -> bool:
@@ -184,7 +193,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     torch.manual_seed(config.seed)
     device = lm.device
     try:
-        soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(device)
+        soft = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed,
+                                     prompter.task.instruction or "").to(device)
     except InitRefused as refused:
         raise init_refusal(refused, name) from None
     optimizer = torch.optim.AdamW([soft.weight], lr=config.lr, weight_decay=config.weight_decay)
@@ -217,6 +227,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
                 prompts[i] = (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
         previous = soft.weight.detach().clone()
         optimizer.zero_grad(set_to_none=True)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(config, step)
         loss = tuning_loss.target_loss_backward(tuner, [prompts[i][0] for i in batch], [prompts[i][1] for i in batch],
                                                 soft.weight, config.pass_tokens or None)
         if not math.isfinite(loss):

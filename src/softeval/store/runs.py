@@ -61,8 +61,8 @@ NOT_IDENTITY = (
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt",
-                     "soft_prompt_sha256"), ("soft-prompt",)),
+    **dict.fromkeys(("steps", "lr", "lr_schedule", "init", "curve_every", "length_group", "early_stop", "tune_dtype",
+                     "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
     "shots": ("few-shot",),
 }
 NOT_RECORDED = "not recorded"
