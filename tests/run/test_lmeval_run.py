@@ -85,3 +85,14 @@ def test_a_changed_data_row_of_a_yaml_over_local_files_is_another_run(tmp_path):
     data.write_text(data.read_text().replace("1", "2", 1))  # one row of the scored split edited, same YAML
     with pytest.raises(UserError, match="lm_eval"):
         run_job(config(out, folder, methods=("zero-shot",)), lm=tiny_lm())
+
+
+def test_more_shots_than_lm_evals_few_shot_split_is_refused_before_the_model_loads(tmp_path):
+    folder = write_tasks(tmp_path / "yamls")  # toy_mc: 12 validation rows tune; shots from the 8 scored rows
+    (folder / "toy_mc.yaml").write_text((folder / "toy_mc.yaml").read_text() + "fewshot_split: test\n")
+    cfg = config(tmp_path / "runs", folder, task=MC, methods=("few-shot",), shots=8, model="smollm2-135m-instruct")
+    with pytest.raises(UserError, match=r"^--shots 8 is more than the 7 few-shot examples \(lm-eval's test split\) "
+                                        rf"of lm-eval:{MC}: use --shots 7 or less$"):
+        run_job(cfg)  # a model named to load: the refusal comes first
+    assert not (tmp_path / "runs").exists()
+    assert run_job(config(tmp_path / "runs", folder, task=MC, methods=("few-shot",), shots=7), lm=tiny_lm())

@@ -22,3 +22,14 @@ def test_a_sweep_file_takes_lm_eval_tasks_and_their_include_path(tmp_path):
                      f"tasks:\n  - name: lm-eval:no_such_toy\n    include_path: {folder}\n")
     with pytest.raises(UserError, match="unknown lm-eval task 'no_such_toy'"):
         load_sweep(sweep)
+
+
+def test_a_relative_include_path_is_the_sweep_files_folder_at_any_level(tmp_path, monkeypatch):
+    folder = write_tasks(tmp_path / "sweeps" / "yamls")
+    sweep = tmp_path / "sweeps" / "sweep.yaml"
+    monkeypatch.chdir(tmp_path)  # elsewhere than the file's folder
+    for text in (f"tasks:\n  - name: lm-eval:{ADD}\n    include_path: yamls\n",
+                 f"include_path: yamls\ntasks: [lm-eval:{ADD}]\n"):
+        sweep.write_text(f"models: [smollm2-135m-instruct]\nout: runs\nlimit: 2\n{text}")
+        jobs = load_sweep(sweep).jobs
+        assert {j.config.include_path for j in jobs} == {str(folder)}

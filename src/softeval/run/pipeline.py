@@ -88,6 +88,9 @@ class Job:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
         if "few-shot" in cfg.methods:
             check_shots(cfg.shots, len(self.train), cfg.task, name)
+            if self.splits.shot_pool is not None:  # the task's source draws its own shots (lm-eval)
+                pool, most = self.splits.shot_pool
+                check_shots(cfg.shots, most, cfg.task, name, pool)
 
     @property
     def lm(self) -> LoadedModel:

@@ -105,6 +105,8 @@ def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
     source = options.get("source")
     if source is not None and is_data_file(source):
         options["source"] = str(resolve(here, source))
+    if isinstance(options.get("include_path"), str):  # a folder of lm-eval YAMLs, as the other paths
+        options["include_path"] = str(resolve(here, options["include_path"]))
     if "methods" in entry:
         methods = as_list(entry["methods"], "methods", where)
         try:
@@ -184,7 +186,8 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
             for c in checkpoints]
 
 
-def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
+def task_entry(entry: Any, where: str, here: Path, include_path: str | None = None) -> TaskEntry:
+    """A task of the file; ``include_path``: the file's top-level one (the task's own wins)."""
     if isinstance(entry, str):
         entry = {"name": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
@@ -192,11 +195,12 @@ def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
     at = f"{where}, task {entry['name']}"
     check_keys(entry, TASK_KEYS, at)
     name = str(resolve(here, entry["name"])) if is_task_file(entry["name"]) else entry["name"]
+    options = level_options(entry, at, here)
     try:
-        get_task(name, entry.get("include_path"))
+        get_task(name, options.get("include_path", include_path))
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
-    return TaskEntry(name, level_options(entry, at, here))
+    return TaskEntry(name, options)
 
 
 def check_models(models: list[ModelEntry], where: str) -> None:

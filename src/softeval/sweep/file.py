@@ -3,7 +3,7 @@
 A sweep file is YAML (read with ``yaml.safe_load``, in the bounds of ``softeval.yamlfile``). Every key
 is checked: an unknown key is an error naming the key and the file, so a typo never silently falls
 back to a default. Paths in the file (``out``, local model folders, task files, data files given as
-``source``) are relative to the file's folder. The reference is docs/sweeps.md.
+``source``, ``include_path``) are relative to the file's folder. The reference is docs/sweeps.md.
 
 Options are layered: the file's top level, then the model entry, then the task entry (the most
 specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that
@@ -149,7 +149,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
             models += checkpoints
         else:
             models.append(model_entry(entry, where, here))
-    tasks = [task_entry(t, where, here) for t in as_list(spec["tasks"], "tasks", where)]
+    tasks = [task_entry(t, where, here, shared.get("include_path")) for t in as_list(spec["tasks"], "tasks", where)]
     check_models(models, where)
     if len({t.name for t in tasks}) != len(tasks):
         raise UserError(f"{where}: a task is listed twice")

@@ -70,12 +70,28 @@ class LmEvalSource:
                       config.validation_split if task.has_validation_docs() and eval_split != config.validation_split
                       else None)
         if tune_split is None:
-            return held_out_splits(scored, file_n_tune(len(scored)), HELD_OUT_SEED, where, str(eval_split),
-                                   note=note)
-        docs = task.training_docs() if tune_split == config.training_split else task.validation_docs()
-        tune = [self.example(doc, f"{tune_split}/{i}", -1) for i, doc in enumerate(docs)]
-        return Splits(tune, scored, where, str(tune_split), str(eval_split), note=note,
-                      held_out=bool(data and data.held_out), seed=data.seed if data else None)
+            splits = held_out_splits(scored, file_n_tune(len(scored)), HELD_OUT_SEED, where, str(eval_split),
+                                     note=note)
+        else:
+            docs = task.training_docs() if tune_split == config.training_split else task.validation_docs()
+            tune = [self.example(doc, f"{tune_split}/{i}", -1) for i, doc in enumerate(docs)]
+            splits = Splits(tune, scored, where, str(tune_split), str(eval_split), note=note,
+                            held_out=bool(data and data.held_out), seed=data.seed if data else None)
+        splits.shot_pool = self.shot_pool()
+        return splits
+
+    def shot_pool(self) -> tuple[str, int]:
+        """lm-eval's few-shot pool: its name and the most shots it gives an item (one fewer where it is
+        the scored split: lm-eval leaves the item itself out)."""
+        task = self.built()
+        sampler = getattr(task, "sampler", None)
+        docs = sampler.fewshot_docs() if sampler is not None else []
+        config = task.config
+        split = task.fewshot_cfg.split or (config.training_split if task.has_training_docs() else
+                                           config.validation_split if task.has_validation_docs() else
+                                           config.test_split)
+        itself = task.fewshot_cfg.split is not None and task.fewshot_cfg.split == config.test_split
+        return f"few-shot examples (lm-eval's {split} split)", max(0, len(docs) - itself)
 
     def example(self, doc: dict, ident: str, index: int) -> Example:
         """One doc: its zero-shot prompt (lm-eval's, no chat template), its target and, for multiple
@@ -92,7 +108,14 @@ class LmEvalSource:
             return Example(ident, fields, choices[gold_index])
         answer = str(gold[0] if isinstance(gold, list) else gold)
         fields["target"] = task.config.target_delimiter + answer
-        return Example(ident, fields, answer)
+        return Example(ident, fields, self.final_answer(fields["target"], doc))
+
+    def final_answer(self, target: str, doc: dict) -> str:
+        """The gold answer shown in samples (``answers.gold``): what the strict filter reads from the
+        target (gsm8k: the number after ``####``, not the whole solution), else the target itself.
+        Display only: correctness is the task's own metric against its own target."""
+        value, fallback = self.filtered(self.pipelines()[0], target, Example("", {"doc": doc}, ""))
+        return target.strip() if fallback or not str(value).strip() else str(value).strip()
 
     def contexts(self, examples: Sequence[Example], k: int, chat: Callable | None) -> list[str]:
         """lm-eval's prompts of ``examples`` with ``k`` shots: the sampler seeded as ``simple_evaluate``
