@@ -24,6 +24,7 @@ from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
 from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import FOLLOWS_FORMAT, aggregate, answer_counts
+from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -251,12 +252,16 @@ def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
     found, text = versions(), jsonl_text(samples)  # text: samples.jsonl as finish writes it
+    metrics = aggregate(samples)
+    source_metrics = job.task.extra.get("source_metrics")  # a task source's own aggregation (lm-eval's)
+    if source_metrics is not None:
+        metrics[SOURCE_METRICS] = source_metrics(samples)
     results = Results(  # results.json (its record: softeval.store.record), in the order it is written
         softeval_version=found["softeval"],
         model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
         task=cfg.task, method=method, seed=cfg.seed, n=len(samples),
         series=cfg.series, step=cfg.step,
-        metrics=aggregate(samples),
+        metrics=metrics,
         answers=answer_counts(samples),
         format_failures=count_causes(samples),
         item_ids=[e.id for e in job.items],

@@ -181,6 +181,40 @@ class LmEvalSource:
             out[pipeline.name] = {"answer": value, **{k: _plain(v) for k, v in self.metrics(value, example).items()}}
         return out
 
+    def task_metrics(self, samples: Sequence[dict]) -> dict:
+        """lm-eval's per-task scores of a run's samples, as ``simple_evaluate`` reports them: each metric of
+        each filter pipeline (``"metric,filter"``) by the task's own aggregation function over the per-item
+        values (``mean`` for exact_match; corpus ``bleu``, ``f1``, ... for others), its stderr where lm-eval
+        has a closed form (mean), ``sample_len``, and what ``correct`` means for this task. Multiple
+        choice: ``acc,none`` and ``acc_norm,none`` from the cloze scores."""
+        from lm_eval.api.metrics import acc_all, mean, stderr_for_metric
+
+        task = self.built()
+        aggregation = task.aggregation()
+        if self.multiple_choice:
+            per_item = {("acc", "none"): [float(s["cloze_correct"]) for s in samples if "cloze_correct" in s],
+                        ("acc_norm", "none"): [float(s["cloze_norm_correct"]) for s in samples
+                                               if "cloze_norm_correct" in s]}
+            correct = ("the generated answer is the gold choice's text (acc, acc_norm: from the choices' "
+                       "log-likelihoods)")
+        else:
+            per_item = {(metric, pipe): [s["lm_eval"][pipe][metric] for s in samples]
+                        for pipe in (f.name for f in task._filters) for metric in aggregation
+                        if all(metric in s.get("lm_eval", {}).get(pipe, {}) for s in samples)}
+            first = next(iter(aggregation), "?")
+            correct = (f"{first} of the {self.pipelines()[0].name} answer is 1 (the task's first metric; for a "
+                       "metric that is not 0/1 per item, read the lm-eval scores)")
+        scores: dict = {}
+        for (metric, pipe), values in per_item.items():
+            if not values:
+                continue
+            function = aggregation.get(metric, mean)
+            scores[f"{metric},{pipe}"] = _plain(function(values))
+            closed_form = function in (mean, acc_all) and len(values) > 1
+            scores[f"{metric}_stderr,{pipe}"] = (_plain(stderr_for_metric(function, 1)(values)) if closed_form
+                                                 else "N/A")
+        return {"metrics": scores, "sample_len": len(samples), "correct": correct}
+
     def strict_choice(self, output: str, example: Example) -> str | None:
         """Multiple choice, generated: the choice the output's first line is (trailing period aside)."""
         lines = output.strip().splitlines()
@@ -233,7 +267,7 @@ def lmeval_task(task_name: str, include_path: str | None = None) -> Task:
         max_new_tokens=MC_MAX_NEW_TOKENS if multiple_choice else int(
             gen.get("max_gen_toks", gen.get("max_new_tokens", DEFAULT_MAX_GEN_TOKS))),
         sources=("offline", "hub"),
-        extra={"item_metrics": src.item_metrics, "lm_eval": src},
+        extra={"item_metrics": src.item_metrics, "lm_eval": src, "source_metrics": src.task_metrics},
         cloze=(lambda e: e.fields["text"]) if multiple_choice else None,
         cloze_choices=(lambda e: (e.fields["choices"], e.fields["gold_index"])) if multiple_choice else None,
         cue="",
