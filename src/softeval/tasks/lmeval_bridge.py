@@ -45,6 +45,9 @@ def manager(include_path: str | None, defaults: bool = True):
     from lm_eval.tasks import TaskManager
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on every task built (custom_dataset, ...)
+    import datasets  # lm-eval's own dependency: no progress bar per split a task's process_docs maps
+
+    datasets.disable_progress_bars()
     if include_path is not None and not Path(include_path).is_dir():
         raise UserError(f"--include-path {include_path}: no such folder (give a folder of lm-eval task YAMLs)")
     return TaskManager(include_path=include_path, include_defaults=defaults)
