@@ -27,7 +27,7 @@ from softeval.lm.models import load_model
 from softeval.lm.presets import PRESETS, preset_installed
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import METHODS, METRICS
+from softeval.protocol import METHODS, METRICS, SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.groups import run_group
 from softeval.run.pipeline import run_folder, run_job
@@ -199,6 +199,14 @@ def print_table(results: list[dict]) -> None:
     note = first.get("split", {}).get("note")
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
+    for r in results:  # an lm-eval task: lm-eval's own scores of the task (metrics.lm_eval)
+        own = r["metrics"].get(SOURCE_METRICS)
+        if own:
+            scores = "; ".join(f"{k} {v:.4f}" for k, v in own["metrics"].items() if "_stderr" not in k
+                               and isinstance(v, float | int))
+            console.print(f"lm-eval, {r['method']}: {scores}", markup=False, highlight=False)
+    if first["metrics"].get(SOURCE_METRICS):
+        console.print(f"correct: {first['metrics'][SOURCE_METRICS]['correct']}", markup=False, highlight=False)
 
 
 def print_verdicts(config: RunConfig, results: list[dict]) -> None:

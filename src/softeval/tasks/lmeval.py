@@ -168,8 +168,8 @@ class LmEvalSource:
             return False
         if self.multiple_choice:
             return answer == example.gold
-        values = self.metrics(answer, example)
-        return float(next(iter(values.values()))) >= 1.0
+        value = _first_number(self.metrics(answer, example))
+        return value is not None and value[1] >= 1.0
 
     def item_metrics(self, output: str, example: Example) -> dict:
         """Every filter pipeline's answer and its metrics, as lm-eval computes them (generative tasks)."""
@@ -201,9 +201,7 @@ class LmEvalSource:
             per_item = {(metric, pipe): [s["lm_eval"][pipe][metric] for s in samples]
                         for pipe in (f.name for f in task._filters) for metric in aggregation
                         if all(metric in s.get("lm_eval", {}).get(pipe, {}) for s in samples)}
-            first = next(iter(aggregation), "?")
-            correct = (f"{first} of the {self.pipelines()[0].name} answer is 1 (the task's first metric; for a "
-                       "metric that is not 0/1 per item, read the lm-eval scores)")
+            correct = self.correct_means(samples)
         scores: dict = {}
         for (metric, pipe), values in per_item.items():
             if not values:
@@ -214,6 +212,24 @@ class LmEvalSource:
             scores[f"{metric}_stderr,{pipe}"] = (_plain(stderr_for_metric(function, 1)(values)) if closed_form
                                                  else "N/A")
         return {"metrics": scores, "sample_len": len(samples), "correct": correct}
+
+    def correct_means(self, samples: Sequence[dict]) -> str:
+        """What ``correct`` (and so ``accuracy``) is for this generative task: its first metric whose
+        per-item value is a number, at 1 for the strict answer; said as a partial credit where that metric
+        is not 0/1 per item (f1), and as meaningless where no metric is a number per item (bleu's pairs)."""
+        strict = self.pipelines()[0].name
+        rows = [s.get("lm_eval", {}).get(strict, {}) for s in samples]
+        found = _first_number({k: v for k, v in rows[0].items() if k != "answer"}) if rows else None
+        if found is None:
+            return ("no metric of this task is a number per item (e.g. bleu's reference/prediction pairs): correct "
+                    "is false for every item and accuracy says nothing; the task's score is metrics.lm_eval, by "
+                    "lm-eval's own aggregation")
+        metric = found[0]
+        binary = all(r.get(metric) in (0, 1, 0.0, 1.0, True, False) for r in rows)
+        said = f"{metric} of the {strict} answer is 1"
+        return said + (" (0/1 per item: accuracy is lm-eval's score)" if binary else
+                       f" (full credit; {metric} is not 0/1 per item: the task's score is metrics.lm_eval, by "
+                       "lm-eval's own aggregation)")
 
     def strict_choice(self, output: str, example: Example) -> str | None:
         """Multiple choice, generated: the choice the output's first line is (trailing period aside)."""
@@ -229,6 +245,14 @@ class LmEvalSource:
             return strict
         hits = [c for c in example.fields["choices"] if c.strip() and _contains(output.lower(), c.lower())]
         return hits[0] if len(hits) == 1 else None
+
+
+def _first_number(values: dict) -> tuple[str, float] | None:
+    """The first metric whose per-item value is a number (not a tuple a corpus aggregation reads), and it."""
+    for key, value in values.items():
+        if isinstance(value, int | float) or type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0:
+            return key, float(value)
+    return None
 
 
 def _plain(value):
