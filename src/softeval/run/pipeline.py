@@ -139,18 +139,19 @@ def load_lm(config: RunConfig) -> LoadedModel:
     return load_model(config.model, device=config.device, dtype=config.dtype, kind=config.kind)
 
 
-def run_folder(config: RunConfig, method: str) -> tuple[RunFolder, dict]:
+def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
     """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
-    ``softeval run`` and ``softeval sweep`` share."""
+    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options)."""
     return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
-            config.options(method))
+            config.options(method, here))
 
 
-def is_finished(config: RunConfig, method: str) -> bool:
+def is_finished(config: RunConfig, method: str, here: bool = True) -> bool:
     """True when this run is finished with the same identity (``softeval run`` would skip it); a finished
     run with other settings is a UserError, as it is for ``softeval run``. Changes nothing on disk and
-    takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock."""
-    folder, identity = run_folder(config, method)
+    takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock.
+    ``here``: False on a remote sweep's driver (what only the worker's machine resolves is not compared)."""
+    folder, identity = run_folder(config, method, here)
     return folder.is_finished(identity)
 
 

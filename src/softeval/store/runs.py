@@ -60,9 +60,15 @@ NOT_IDENTITY = (
 # not part of its identity (new tuning settings do not make a finished zero-shot run another run).
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
+# ``--tune-dtype`` as the machine that runs the run resolves it (bf16 tuned on one host, fp32 on another: two
+# runs); a run recorded before the key is read as what it ran (results.json tuning.tune_dtype_ran).
+TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
+# Resolved only where the run runs: a check away from it (a remote sweep's driver) leaves them out and
+# does not compare them; the worker does, under the run lock.
+MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
 READ_ONLY_BY = {
     **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt",
-                     "soft_prompt_sha256"), ("soft-prompt",)),
+                     "soft_prompt_sha256", TUNE_DTYPE_RESOLVED), ("soft-prompt",)),
     "shots": ("few-shot",),
 }
 NOT_RECORDED = "not recorded"
@@ -103,6 +109,9 @@ def identity_diff(old: dict, new: dict) -> list[str]:
     paths = old.get("model"), new.get("model")
     old = identity_of(old, by_fingerprint)
     new = identity_of(new, by_fingerprint)
+    for key in MACHINE_RESOLVED:  # not resolved where this check runs (MACHINE_RESOLVED): not compared
+        if key not in new:
+            old.pop(key, None)
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -252,7 +261,11 @@ class RunFolder:
 
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
         recorded = done.get("config")
-        diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
+        recorded = dict(recorded) if isinstance(recorded, dict) else {}
+        ran = (done.get("tuning") or {}).get("tune_dtype_ran") if isinstance(done.get("tuning"), dict) else None
+        if TUNE_DTYPE_RESOLVED not in recorded and ran is not None:  # recorded before the key: what it ran
+            recorded[TUNE_DTYPE_RESOLVED] = ran
+        diff = identity_diff(recorded, config)
         if diff:
             raise OtherSettings(self.final, diff)
 
