@@ -45,5 +45,5 @@ def test_what_a_group_cannot_be(tmp_path):
     (folder / "shots.yaml").write_text(f"group: shots\ntask:\n  - task: {MC}\n    num_fewshot: 2\n")
     with pytest.raises(UserError, match=f"lists {MC} with options of its own"):
         plan("lm-eval:shots", str(folder))
-    with pytest.raises(UserError, match="`softeval run` runs it as its tasks"):  # eval, tune, sweeps: one task
+    with pytest.raises(UserError, match="`softeval run` and sweep files run it as its tasks"):  # eval, tune: one task
         get_task(f"lm-eval:{GROUP}", str(folder))

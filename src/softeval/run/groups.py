@@ -22,9 +22,9 @@ from softeval.tasks.lmeval_bridge import PREFIX, lm_eval_module
 from softeval.tasks.lmeval_group import GroupPlan, plan
 
 
-def group_record(config: RunConfig, group: GroupPlan) -> dict:
+def group_record(include_path: str | None, group: GroupPlan) -> dict:
     """What the output root keeps of a group run (store/groups.py)."""
-    return {**group.as_json(), "include_path": config.include_path, "lm_eval_version": lm_eval_module().__version__}
+    return {**group.as_json(), "include_path": include_path, "lm_eval_version": lm_eval_module().__version__}
 
 
 def run_group(config: RunConfig, console: Console | None = None,
@@ -36,7 +36,7 @@ def run_group(config: RunConfig, console: Console | None = None,
     configs = [replace(config, task=PREFIX + name) for name in group.tasks]
     for sub in configs:  # every refusal before the model loads
         Job(sub, console, _lm=lm).prepare()
-    record = group_record(config, group)
+    record = group_record(config.include_path, group)
     record_group(config.out, record)
     console.print(f"lm-eval:{group.name} is an lm-eval {group.kind} of {len(configs)} tasks: each is a run of its "
                   "own", markup=False)

@@ -129,8 +129,9 @@ def check_supported(name: str, found, cfg: dict[str, Any]) -> None:
     """Refuse what softeval cannot run (yet), one line each: groups and tags, other output types."""
     kind = kind_of(found)
     if kind in ("group", "tag"):
-        raise UserError(f"lm-eval:{name} is an lm-eval {kind}: `softeval run` runs it as its tasks, each a run of "
-                        f"its own; here name one of them (`softeval tasks --lm-eval {name}` lists them)")
+        raise UserError(f"lm-eval:{name} is an lm-eval {kind}: `softeval run` and sweep files run it as its tasks, "
+                        f"each a run of its own; here name one of them (`softeval tasks --lm-eval {name}` lists "
+                        "them)")
     output = cfg.get("output_type", "generate_until")
     if output not in OUTPUT_TYPES:
         raise UserError(f"lm-eval:{name} is a {output} task: softeval runs lm-eval's generate_until and "
