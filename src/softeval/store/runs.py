@@ -60,11 +60,9 @@ NOT_IDENTITY = (
 # not part of its identity (new tuning settings do not make a finished zero-shot run another run).
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
-# ``--tune-dtype`` as the machine that runs the run resolves it (bf16 tuned on one host, fp32 on another: two
-# runs); a run recorded before the key is read as what it ran (results.json tuning.tune_dtype_ran).
+# --tune-dtype as the machine running the run resolves it (a run recorded before it: tuning.tune_dtype_ran);
+# resolved only there: a check away from it (a remote sweep's driver) leaves it out, the worker compares it.
 TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
-# Resolved only where the run runs: a check away from it (a remote sweep's driver) leaves them out and
-# does not compare them; the worker does, under the run lock.
 MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
 READ_ONLY_BY = {
     **dict.fromkeys(("steps", "lr", "init", "curve_every", "length_group", "early_stop", "tune_dtype", "soft_prompt",
@@ -109,9 +107,7 @@ def identity_diff(old: dict, new: dict) -> list[str]:
     paths = old.get("model"), new.get("model")
     old = identity_of(old, by_fingerprint)
     new = identity_of(new, by_fingerprint)
-    for key in MACHINE_RESOLVED:  # not resolved where this check runs (MACHINE_RESOLVED): not compared
-        if key not in new:
-            old.pop(key, None)
+    old = {k: v for k, v in old.items() if k in new or k not in MACHINE_RESOLVED}  # not resolved here: not compared
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -223,11 +219,11 @@ class RunFolder:
         return self.finished()[0]
 
     def check(self, config: dict, force: bool, log=None) -> bool:
-        """True when this run is already finished with the same identity (skip it). A finished run
-        with another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
-        complete). A damaged finished
-        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so. One
-        in another format version is as one with other settings (replaced with ``force``)."""
+        """True when this run is already finished with the same identity (skip it). A finished run with
+        another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
+        complete). A damaged finished run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``,
+        kept) and ``log`` says so. One in another format version is as one with other settings (replaced
+        with ``force``)."""
         try:
             done, damage = self.finished()
         except OtherSettings:
@@ -260,11 +256,10 @@ class RunFolder:
         return True
 
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
-        recorded = done.get("config")
+        recorded, tuning = done.get("config"), done.get("tuning")
         recorded = dict(recorded) if isinstance(recorded, dict) else {}
-        ran = (done.get("tuning") or {}).get("tune_dtype_ran") if isinstance(done.get("tuning"), dict) else None
-        if TUNE_DTYPE_RESOLVED not in recorded and ran is not None:  # recorded before the key: what it ran
-            recorded[TUNE_DTYPE_RESOLVED] = ran
+        if isinstance(tuning, dict) and "tune_dtype_ran" in tuning:  # recorded before the key: what it ran
+            recorded.setdefault(TUNE_DTYPE_RESOLVED, tuning["tune_dtype_ran"])
         diff = identity_diff(recorded, config)
         if diff:
             raise OtherSettings(self.final, diff)
