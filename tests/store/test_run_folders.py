@@ -83,11 +83,13 @@ def test_curve_items_is_part_of_the_run_identity(toy, tmp_path):
 def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from dataclasses import fields
 
-    from softeval.store.runs import NOT_IDENTITY, identity_of
+    from softeval.store.runs import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
 
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods"} | {"method"}
-    assert set(identity_of(config.options("soft-prompt"))) == every - set(NOT_IDENTITY) - {"shots"}
+    # and, for soft-prompt runs, the tuning dtype as this machine resolves --tune-dtype
+    assert set(identity_of(config.options("soft-prompt"))) == every - set(NOT_IDENTITY) - {"shots"} | {
+        TUNE_DTYPE_RESOLVED}
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
     tuning = {"steps", "lr", "lr_schedule", "init", "curve_every", "length_group", "early_stop", "tune_dtype",

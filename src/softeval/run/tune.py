@@ -24,7 +24,7 @@ from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
-from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling
+from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
 from softeval.run.scoring import score_output
 from softeval.run.validate import init_refusal
 from softeval.store import checkpoint as ckpt
@@ -67,6 +67,7 @@ class TuneConfig:
         """The tuning options of ``run``: each field that is a run option under the same name, and
         ``num_tokens`` (``tokens``)."""
         shared = {f.name: getattr(run, f.name) for f in fields(cls) if f.name in OPTIONS}
+        shared["tune_dtype"] = resolved_tune_dtype(run)  # as the run's identity has it (config.options)
         return cls(num_tokens=run.tokens, **shared)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from softeval.checks import is_number
 from softeval.errors import shown
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import ADAPTER_WEIGHTS, METHODS
+from softeval.protocol import ADAPTER_WEIGHTS, METHODS, SOURCE_METRICS
 from softeval.store.record import RESULTS_FILE, RunFormatError, check
 
 # In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
@@ -220,6 +220,8 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     except (KeyError, TypeError, ValueError) as err:
         raise RunFormatError(f"{SAMPLES_FILE} rows are not scored items ({type(err).__name__}: {err}): "
                              f"{DAMAGED}") from None
+    if isinstance(results.get("metrics"), dict) and SOURCE_METRICS in results["metrics"]:
+        metrics[SOURCE_METRICS] = results["metrics"][SOURCE_METRICS]  # its source's aggregation, not the samples'
     numbers["metrics"] = metrics
     for key, expected in numbers.items():
         if key in results and not _same(results[key], expected):

@@ -60,9 +60,13 @@ NOT_IDENTITY = (
 # not part of its identity (new tuning settings do not make a finished zero-shot run another run).
 # Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
 # batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
+# --tune-dtype as the machine running the run resolves it (a run recorded before it: tuning.tune_dtype_ran);
+# resolved only there: a check away from it (a remote sweep's driver) leaves it out, the worker compares it.
+TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
+MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
 READ_ONLY_BY = {
     **dict.fromkeys(("steps", "lr", "lr_schedule", "init", "curve_every", "length_group", "early_stop", "tune_dtype",
-                     "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
+                     "soft_prompt", "soft_prompt_sha256", TUNE_DTYPE_RESOLVED), ("soft-prompt",)),
     "shots": ("few-shot",),
 }
 NOT_RECORDED = "not recorded"
@@ -103,6 +107,7 @@ def identity_diff(old: dict, new: dict) -> list[str]:
     paths = old.get("model"), new.get("model")
     old = identity_of(old, by_fingerprint)
     new = identity_of(new, by_fingerprint)
+    old = {k: v for k, v in old.items() if k in new or k not in MACHINE_RESOLVED}  # not resolved here: not compared
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -214,11 +219,11 @@ class RunFolder:
         return self.finished()[0]
 
     def check(self, config: dict, force: bool, log=None) -> bool:
-        """True when this run is already finished with the same identity (skip it). A finished run
-        with another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
-        complete). A damaged finished
-        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so. One
-        in another format version is as one with other settings (replaced with ``force``)."""
+        """True when this run is already finished with the same identity (skip it). A finished run with
+        another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
+        complete). A damaged finished run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``,
+        kept) and ``log`` says so. One in another format version is as one with other settings (replaced
+        with ``force``)."""
         try:
             done, damage = self.finished()
         except OtherSettings:
@@ -251,8 +256,11 @@ class RunFolder:
         return True
 
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
-        recorded = done.get("config")
-        diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
+        recorded, tuning = done.get("config"), done.get("tuning")
+        recorded = dict(recorded) if isinstance(recorded, dict) else {}
+        if isinstance(tuning, dict) and "tune_dtype_ran" in tuning:  # recorded before the key: what it ran
+            recorded.setdefault(TUNE_DTYPE_RESOLVED, tuning["tune_dtype_ran"])
+        diff = identity_diff(recorded, config)
         if diff:
             raise OtherSettings(self.final, diff)
 
