@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from softeval.analysis.verdict import verdicts
-from softeval.cli import analysis, sweep, track
+from softeval.cli import analysis, sweep, testbed, track
 from softeval.cli.options import add_options
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     analysis.register(sub)
     sweep.register(sub)
+    testbed.register(sub)
     track.register(sub)
     return parser
 

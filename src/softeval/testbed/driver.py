@@ -1,0 +1,117 @@
+"""`softeval testbed`, phase by phase: the worlds and their task files, pre-training, post-training, the
+comparison through softeval's own sweep, then the statistics into `testbed.json`. Every phase skips what a
+previous (perhaps killed) testbed in the same output root finished, so running it again continues."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from softeval.analysis.compare import load_runs
+from softeval.consoles import progress_bar, table_console
+from softeval.errors import UserError
+from softeval.store.format import TESTBED_FILE, TESTBED_FOLDER
+from softeval.sweep.driver import run_sweep
+from softeval.sweep.file import load_sweep
+from softeval.testbed.build import build_base, build_post, model_name, write_task
+from softeval.testbed.recipes import recipes as recipe_list
+from softeval.testbed.summary import print_summary, summarize, world_scores
+from softeval.testbed.sweepfile import write_sweep
+from softeval.testbed.world import make_world
+
+SETTINGS_FILE = "settings.json"  # in the testbed folder: what the models and runs there were made with
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    world_seeds: tuple[int, ...]
+    people: int
+    steps: int  # soft-prompt tuning steps (softeval run --steps)
+    exposure_scale: float = 1.0
+    n_boot: int = 1000
+
+    def to_json(self) -> dict:
+        return {"quick": self.quick, "world_seeds": list(self.world_seeds), "people": self.people,
+                "steps": self.steps, "exposure_scale": self.exposure_scale}
+
+
+def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None = None) -> dict:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the testbed draws its own bars
+    torch.set_num_threads(1)  # tiny models: one thread trains fastest, and leaves the other core to others
+    folder = out / TESTBED_FOLDER
+    _claim(folder, settings)
+    recipes = recipe_list(settings.quick, settings.exposure_scale)
+    worlds = [make_world(s, n_people=settings.people) for s in settings.world_seeds]
+    timing: dict[str, float] = {}
+    started = time.perf_counter()
+    tasks = {w.seed: write_task(w, folder / f"w{w.seed}") for w in worlds}
+    base_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r) for w in worlds for r in recipes}
+    post_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r, post=True) for w in worlds for r in recipes}
+    notes: dict[int, dict[str, dict]] = {w.seed: {} for w in worlds}
+    with progress_bar(console) as bar:
+        phase = bar.add_task("pre-training", total=len(base_dirs))
+        for w in worlds:
+            for r in recipes:
+                step = bar.add_task(f"  {model_name(w, r)}", total=None)
+                notes[w.seed][r.name] = build_base(
+                    w, r, base_dirs[w.seed, r.name], w.seed,
+                    lambda n, total, step=step: bar.update(step, completed=n, total=total))
+                bar.update(step, visible=False)
+                bar.advance(phase)
+        timing["pre_training_s"] = round(time.perf_counter() - started, 1)
+        phase = bar.add_task("post-training", total=len(post_dirs))
+        for w in worlds:
+            for r in recipes:
+                step = bar.add_task(f"  {model_name(w, r, post=True)}", total=None)
+                build_post(w, r, base_dirs[w.seed, r.name], post_dirs[w.seed, r.name], w.seed,
+                           lambda n, total, step=step: bar.update(step, completed=n, total=total))
+                bar.update(step, visible=False)
+                bar.advance(phase)
+    timing["post_training_s"] = round(time.perf_counter() - started - sum(timing.values()), 1)
+    options = {"steps": settings.steps}
+    for w in worlds:
+        console.print(f"comparison, world seed {w.seed}: softeval's sweep", markup=False, highlight=False)
+        pairs = [(base_dirs[w.seed, r.name], post_dirs[w.seed, r.name]) for r in recipes]
+        result = run_sweep(load_sweep(write_sweep(out, w.seed, tasks[w.seed], pairs, options)),
+                           max_parallel=max_parallel, console=console)
+        if result.failed:
+            raise UserError(f"testbed: {len(result.failed)} run(s) of world seed {w.seed} failed (the sweep table "
+                            f"above names them; logs in {out}/.sweep/logs): fix the cause and run again")
+    timing["comparison_s"] = round(time.perf_counter() - started - sum(timing.values()), 1)
+    runs = load_runs(out, keep_samples=True)[0]
+    scored = [world_scores(runs, w.seed, recipes, {r.name: (base_dirs[w.seed, r.name].name,
+                                                            post_dirs[w.seed, r.name].name) for r in recipes},
+                           notes[w.seed]) for w in worlds]
+    timing["total_s"] = round(time.perf_counter() - started, 1)
+    summary = summarize(scored, recipes, notes, {w.seed: w.chance() for w in worlds}, settings.to_json(),
+                        settings.n_boot, timing)
+    path = out / TESTBED_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(path)
+    print_summary(table_console(), summary, path)
+    return summary
+
+
+def _claim(folder: Path, settings: Settings) -> None:
+    """A testbed folder holds the models of one setting: another setting there is refused, not mixed."""
+    path = folder / SETTINGS_FILE
+    if path.is_file():
+        try:
+            held = json.loads(path.read_text())
+        except ValueError:
+            held = None
+        if held != settings.to_json():
+            raise UserError(f"testbed: {folder.parent} holds a testbed made with other settings ({held}); "
+                            "give another --out, or the same flags as then")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings.to_json()) + "\n")
