@@ -10,7 +10,7 @@ from softeval.consoles import message_console
 from softeval.errors import UserError
 from softeval.testbed.driver import Settings, run_testbed
 
-QUICK_PEOPLE, FULL_PEOPLE = 60, 120
+QUICK_PEOPLE, FULL_PEOPLE = 40, 120
 QUICK_SEEDS, FULL_SEEDS = "0", "0,1,2"
 
 
