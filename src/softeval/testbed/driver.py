@@ -50,47 +50,45 @@ def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: i
     _claim(folder, settings)
     recipes = recipe_list(settings.quick, settings.exposure_scale)
     worlds = [make_world(s, n_people=settings.people) for s in settings.world_seeds]
-    timing: dict[str, float] = {}
+    timing = {"pre_training_s": 0.0, "post_training_s": 0.0, "comparison_s": 0.0}
     started = time.perf_counter()
-    tasks = {w.seed: write_task(w, folder / f"w{w.seed}") for w in worlds}
     base_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r) for w in worlds for r in recipes}
     post_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r, post=True) for w in worlds for r in recipes}
     notes: dict[int, dict[str, dict]] = {w.seed: {} for w in worlds}
-    with progress_bar(console) as bar:
-        phase = bar.add_task("pre-training", total=len(base_dirs))
-        for w in worlds:
-            for r in recipes:
-                step = bar.add_task(f"  {model_name(w, r)}", total=None)
-                notes[w.seed][r.name] = build_base(
-                    w, r, base_dirs[w.seed, r.name], w.seed,
-                    lambda n, total, step=step: bar.update(step, completed=n, total=total))
-                bar.update(step, visible=False)
-                bar.advance(phase)
-        timing["pre_training_s"] = round(time.perf_counter() - started, 1)
-        phase = bar.add_task("post-training", total=len(post_dirs))
-        for w in worlds:
-            for r in recipes:
-                step = bar.add_task(f"  {model_name(w, r, post=True)}", total=None)
-                build_post(w, r, base_dirs[w.seed, r.name], post_dirs[w.seed, r.name], w.seed,
-                           lambda n, total, step=step: bar.update(step, completed=n, total=total))
-                bar.update(step, visible=False)
-                bar.advance(phase)
-    timing["post_training_s"] = round(time.perf_counter() - started - sum(timing.values()), 1)
-    options = {"steps": settings.steps}
-    for w in worlds:
-        console.print(f"comparison, world seed {w.seed}: softeval's sweep", markup=False, highlight=False)
+    for w in worlds:  # world by world, so that a world's comparison is finished before the next one starts
+        task = write_task(w, folder / f"w{w.seed}")
+        clock = time.perf_counter()
+        with progress_bar(console) as bar:
+            for phase, dirs in (("pre-training", base_dirs), ("post-training", post_dirs)):
+                overall = bar.add_task(f"world {w.seed}: {phase}", total=len(recipes))
+                for r in recipes:
+                    step = bar.add_task(f"  {dirs[w.seed, r.name].name}", total=None)
+
+                    def on_step(n: int, total: int, step=step) -> None:
+                        bar.update(step, completed=n, total=total)
+
+                    if phase == "pre-training":
+                        notes[w.seed][r.name] = build_base(w, r, base_dirs[w.seed, r.name], w.seed, on_step)
+                    else:
+                        build_post(w, r, base_dirs[w.seed, r.name], post_dirs[w.seed, r.name], w.seed, on_step)
+                    bar.update(step, visible=False)
+                    bar.advance(overall)
+                key = "pre_training_s" if phase == "pre-training" else "post_training_s"
+                timing[key] += time.perf_counter() - clock
+                clock = time.perf_counter()
+        console.print(f"world {w.seed}: the comparison, through softeval's sweep", markup=False, highlight=False)
         pairs = [(base_dirs[w.seed, r.name], post_dirs[w.seed, r.name]) for r in recipes]
-        result = run_sweep(load_sweep(write_sweep(out, w.seed, tasks[w.seed], pairs, options)),
+        result = run_sweep(load_sweep(write_sweep(out, w.seed, task, pairs, {"steps": settings.steps})),
                            max_parallel=max_parallel, console=console)
+        timing["comparison_s"] += time.perf_counter() - clock
         if result.failed:
             raise UserError(f"testbed: {len(result.failed)} run(s) of world seed {w.seed} failed (the sweep table "
                             f"above names them; logs in {out}/.sweep/logs): fix the cause and run again")
-    timing["comparison_s"] = round(time.perf_counter() - started - sum(timing.values()), 1)
     runs = load_runs(out, keep_samples=True)[0]
     scored = [world_scores(runs, w.seed, recipes, {r.name: (base_dirs[w.seed, r.name].name,
                                                             post_dirs[w.seed, r.name].name) for r in recipes},
                            notes[w.seed]) for w in worlds]
-    timing["total_s"] = round(time.perf_counter() - started, 1)
+    timing = {k: round(v, 1) for k, v in timing.items()} | {"total_s": round(time.perf_counter() - started, 1)}
     summary = summarize(scored, recipes, notes, {w.seed: w.chance() for w in worlds}, settings.to_json(),
                         settings.n_boot, timing)
     path = out / TESTBED_FILE
@@ -101,6 +99,12 @@ def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: i
     return summary
 
 
+def _same_models(settings: dict) -> dict:
+    """What the models and runs of a world depend on: every setting but the list of world seeds (each world
+    is made alone, so `--seeds 0` then `--seeds 0,1,2` in one output root reuses world 0)."""
+    return {k: v for k, v in settings.items() if k != "world_seeds"}
+
+
 def _claim(folder: Path, settings: Settings) -> None:
     """A testbed folder holds the models of one setting: another setting there is refused, not mixed."""
     path = folder / SETTINGS_FILE
@@ -109,9 +113,9 @@ def _claim(folder: Path, settings: Settings) -> None:
             held = json.loads(path.read_text())
         except ValueError:
             held = None
-        if held != settings.to_json():
+        if not isinstance(held, dict) or _same_models(held) != _same_models(settings.to_json()):
             raise UserError(f"testbed: {folder.parent} holds a testbed made with other settings ({held}); "
-                            "give another --out, or the same flags as then")
+                            "give another --out, or the same flags as then (--seeds may differ)")
         return
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings.to_json()) + "\n")
