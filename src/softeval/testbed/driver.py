@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from softeval.analysis.compare import load_runs
+from softeval.analysis.compare import MIN_PAIRS, load_runs
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError
-from softeval.store.format import TESTBED_FILE, TESTBED_FOLDER
+from softeval.store.format import REPORT_FILE, TESTBED_FILE, TESTBED_FOLDER
 from softeval.sweep.driver import run_sweep
 from softeval.sweep.file import load_sweep
 from softeval.testbed.build import build_base, build_post, model_name, write_task
@@ -95,7 +95,12 @@ def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: i
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(path)
+    from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
+
+    pairs = [(base_dirs[k].name, post_dirs[k].name) for k in base_dirs]
+    report = build_report(out, out / REPORT_FILE, pairs if len(pairs) >= MIN_PAIRS else None)
     print_summary(table_console(), summary, path)
+    console.print(f"report with the testbed section: {report}", markup=False, highlight=False, soft_wrap=True)
     return summary
 
 
