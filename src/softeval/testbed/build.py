@@ -31,25 +31,23 @@ def model_name(world: World, recipe: Recipe, post: bool = False) -> str:
 
 
 def write_task(world: World, folder: Path) -> Path:
-    """The benchmark as a task file: scored people's facts to score, unscored people's facts to tune on."""
+    """The benchmark as a task file: scored people's facts to score, unscored people's facts to tune on. Each
+    file is written whole and renamed; the task file comes last, so its presence says the data is complete."""
     path = folder / f"{task_name(world)}.yaml"  # run folders are named by the file's name
     if path.is_file():
         return path
-
-    def write(stage: Path) -> None:
-        for name, people in ((TEST_DATA, world.scored), (TUNE_DATA, world.unscored)):
-            rows = [{"id": f.id, "question": f.question, "answer": f.value} for f in world.facts(people)]
-            (stage / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
-        prompt = QA_PROMPT.replace("{question}", "{{ question }}")
-        spec = {"name": task_name(world), "description": f"softeval testbed, world seed {world.seed}: facts "
-                "about made-up people; strict = the value alone after 'Answer:'",
-                "data": TEST_DATA, "tune_data": TUNE_DATA, "fields": ["question", "answer"],
-                "answer_field": "answer", "id_field": "id", "prompt": prompt, "target": " {{ answer }}",
-                "answer_regex": ANSWER_REGEX, "lenient_regex": r"([A-Z][a-z]+|[0-9]{4})", "matcher": "exact",
-                "stop": ["\n"], "max_new_tokens": 4}
-        (stage / path.name).write_text(json.dumps(spec, indent=1) + "\n")
-
-    _atomic_folder(folder, write)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, people in ((TEST_DATA, world.scored), (TUNE_DATA, world.unscored)):
+        rows = [{"id": f.id, "question": f.question, "answer": f.value} for f in world.facts(people)]
+        _atomic_file(folder / name, "".join(json.dumps(r) + "\n" for r in rows))
+    prompt = QA_PROMPT.replace("{question}", "{{ question }}")
+    spec = {"name": task_name(world), "description": f"softeval testbed, world seed {world.seed}: facts "
+            "about made-up people; strict = the value alone after 'Answer:'",
+            "data": TEST_DATA, "tune_data": TUNE_DATA, "fields": ["question", "answer"],
+            "answer_field": "answer", "id_field": "id", "prompt": prompt, "target": " {{ answer }}",
+            "answer_regex": ANSWER_REGEX, "lenient_regex": r"([A-Z][a-z]+|[0-9]{4})", "matcher": "exact",
+            "stop": ["\n"], "max_new_tokens": 4}
+    _atomic_file(path, json.dumps(spec, indent=1) + "\n")
     return path
 
 
@@ -134,6 +132,12 @@ def _save(model, tokenizer, stage: Path, note: dict) -> None:
     model.save_pretrained(stage)
     tokenizer.save_pretrained(stage)
     (stage / MODEL_NOTE).write_text(json.dumps(note) + "\n")
+
+
+def _atomic_file(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _atomic_folder(folder: Path, write: Callable[[Path], None]) -> None:
