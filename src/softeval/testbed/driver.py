@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from softeval.analysis.compare import MIN_PAIRS, load_runs
+from softeval.analysis.compare import load_runs
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError
 from softeval.store.format import REPORT_FILE, TESTBED_FILE, TESTBED_FOLDER
@@ -97,8 +97,9 @@ def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: i
     tmp.replace(path)
     from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
 
-    pairs = [(base_dirs[k].name, post_dirs[k].name) for k in base_dirs]
-    report = build_report(out, out / REPORT_FILE, pairs if len(pairs) >= MIN_PAIRS else None)
+    # no --pair ranking: compare ranks every pair on every task, and each world's pairs have runs on its own
+    # task only; the testbed section holds the ranking, per world and over worlds
+    report = build_report(out, out / REPORT_FILE)
     print_summary(table_console(), summary, path)
     console.print(f"report with the testbed section: {report}", markup=False, highlight=False, soft_wrap=True)
     return summary
