@@ -18,6 +18,7 @@ from softeval.analysis.compare import Comparison, compare_runs, load_runs, paire
 from softeval.analysis.groups import GroupScore, group_scores
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import render as render_template
+from softeval.analysis.report_testbed import testbed_section
 from softeval.analysis.verdict import PAIRS as VERDICT_PAIRS
 from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
@@ -50,7 +51,8 @@ def build_report(
     runs, skipped = load_runs(Path(out_root), keep_samples=True)
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot) if pairs else None
     groups = group_scores([r.results for r in runs], read_groups(Path(out_root)))
-    page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}", groups=groups)
+    page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}", groups=groups,
+                  testbed=testbed_section(Path(out_root)))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")
     return output
@@ -58,14 +60,14 @@ def build_report(
 
 def render(
     runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None, title: str,
-    groups: list[GroupScore] | None = None,
+    groups: list[GroupScore] | None = None, testbed: dict[str, Any] | None = None,
 ) -> str:
     """The whole page as a string; ``groups``: lm-eval groups' scores (analysis/groups.py)."""
     runs = sorted(runs, key=lambda r: (r.task, r.model, METHODS.index(r.method), r.seed))
     page: dict[str, Any] = {
         "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}), "groups": groups,
         "n_tasks": len({r.task for r in runs}), "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "curve_file": CURVE_FILE, "ranking": comparison}
+        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed}
     if runs:
         samples = {run.path: _samples(run) for run in runs}
         # f1 only where a run has it (a task that scores token F1): a column of dashes would widen every

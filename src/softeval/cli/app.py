@@ -17,7 +17,7 @@ from rich.text import Text
 
 from softeval.analysis.groups import group_scores
 from softeval.analysis.verdict import verdicts
-from softeval.cli import analysis, sweep, track
+from softeval.cli import analysis, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options
 from softeval.consoles import progress_bar, table_console
@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     analysis.register(sub)
     sweep.register(sub)
+    testbed.register(sub)
     track.register(sub)
     return parser
 

@@ -18,6 +18,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ INDEX_FILE = "index.sqlite"
 COMPARE_FILE = "compare.json"
 REPORT_FILE = "report.html"
 SWEEP_FILES = (COMPARE_FILE, REPORT_FILE)  # what `softeval sweep` writes beside the run folders
+# what `softeval testbed` writes beside them: its summary, its worlds and models, one sweep file per world seed
+TESTBED_FILE, TESTBED_FOLDER = "testbed.json", "testbed"
+TESTBED_SWEEP = "testbed-sweep-w{seed}.yaml"
 SWEEP_FOLDER = ".sweep"  # a sweep's worker logs (a dot folder: not a run folder for a scan)
 RUN_GLOB = "*/*/*/seed*"  # <model>/<task>/<method>/seed<N>: every candidate run folder
 SEED_FOLDER = re.compile(r"^seed(-?\d+)$")
@@ -361,7 +365,8 @@ def scan(out_root: Path, keep_samples: bool = False) -> ScanReport:
         except RunFormatError as exc:
             report.skipped.append((run_dir, str(exc)))
     for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
-        if entry.name.startswith((INDEX_FILE, ".")) or entry.name in SWEEP_FILES or entry in claimed:
+        if entry.name.startswith((INDEX_FILE, ".")) or entry.name in (*SWEEP_FILES, TESTBED_FILE, TESTBED_FOLDER) \
+                or fnmatch(entry.name, TESTBED_SWEEP.format(seed="*")) or entry in claimed:
             continue
         report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
     return report
