@@ -33,3 +33,8 @@ CHAT_TEMPLATES = ("auto", "on", "off")
 METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "f1",
            "letter_loglik_accuracy", "cloze_accuracy", "cloze_accuracy_norm", "permutation_consistency",
            "circular_accuracy")
+
+# results.json -> metrics[SOURCE_METRICS]: the scores a task's own source computes with its own aggregation
+# functions (an lm-eval task: lm-eval's per-task metrics, ``"metric,filter"`` keyed, which lm-eval's group
+# aggregation reads), beside softeval's metrics above; absent for softeval's own tasks.
+SOURCE_METRICS = "lm_eval"

@@ -27,6 +27,7 @@ from softeval.lm.softprompt import (
 @pytest.mark.parametrize("value, parsed", [
     ("vocab", Init("vocab")),
     ("random", Init("random")),
+    ("instruction", Init("instruction")),
     ("text:answer", Init("text", text="answer")),
     ('text: "two words" ', Init("text", text="two words")),
     ("from:/some/folder", Init("from", source=Path("/some/folder"))),
@@ -38,6 +39,7 @@ def test_the_grammar_reads_every_init(value, parsed):
 
 
 @pytest.mark.parametrize("value", ["zeros", "", "text:", 'text:""', "text:   ", "Vocab", " vocab", "from",
+                                   "Instruction", "instruction:",
                                    None, 5, ["vocab"]])
 def test_anything_else_is_refused_naming_no_option(value):
     with pytest.raises(InitRefused, match="unknown soft-prompt init") as refused:
@@ -79,3 +81,16 @@ def test_a_text_without_tokens_is_refused_once_the_model_is_known(lm):
         SoftPrompt.initialise(lm, 3, 'text:"nothing"')
     assert refused.value.problem == NO_TOKENS and refused.value.value == 'text:"nothing"'
     assert "--" not in str(refused.value)
+
+
+def test_the_instruction_init_is_the_last_tokens_of_the_task_instruction(lm):
+    embed = lm.model.get_input_embeddings().weight.detach()
+    ids = lm.tokenizer("abcdef", add_special_tokens=False).input_ids
+    assert len(ids) > 3
+    three = SoftPrompt.initialise(lm, 3, "instruction", instruction="abcdef").weight.detach()
+    assert torch.equal(three, embed[ids[-3:]])  # where the answer's form is said
+    many = SoftPrompt.initialise(lm, 2 * len(ids), "instruction", instruction="abcdef").weight.detach()
+    assert torch.equal(many, embed[ids + ids])
+    for empty in ("", "  "):  # a task without an instruction: vocab init, as seeded
+        assert torch.equal(SoftPrompt.initialise(lm, 3, "instruction", seed=4, instruction=empty).weight,
+                           SoftPrompt.initialise(lm, 3, "vocab", seed=4).weight)

@@ -27,17 +27,19 @@ def probed(monkeypatch):
     probe.cache_clear()
 
 
-@pytest.mark.parametrize("avx512_bf16, amx, native", [(False, False, False), (True, False, True),
-                                                       (False, True, True)])
-def test_cpu_capability_comes_from_torchs_probes(probed, avx512_bf16, amx, native):
+@pytest.mark.parametrize("avx512_bf16, amx, native", [(False, False, False), (True, False, False),
+                                                       (False, True, True), (True, True, True)])
+def test_cpu_capability_comes_from_torchs_amx_probe(probed, avx512_bf16, amx, native):
     probed.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     probed.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     probed.setattr(precision, "cpu_flags", lambda *a: pytest.fail("flags read although torch has probes"))
     assert precision.native_bf16(CPU) is native
 
 
-@pytest.mark.parametrize("flags, native", [("fpu avx2 avx512f", False), ("fpu avx512f avx512_bf16", True),
-                                           ("fpu amx_tile amx_bf16", True), ("", False)])
+@pytest.mark.parametrize("flags, native", [("fpu avx2 avx512f", False), ("fpu avx512f avx512_bf16", False),
+                                           ("fpu avx512f avx512_bf16 avx512_fp16", False),
+                                           ("fpu amx_tile amx_bf16", True), ("fpu avx512_bf16 amx_tile amx_bf16", True),
+                                           ("", False)])
 def test_without_torchs_probes_the_cpu_flags_decide(probed, tmp_path, flags, native):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nmodel name\t: Some CPU bf16 Edition\nflags\t\t: {flags}\n\nflags\t: amx_bf16\n"

@@ -85,3 +85,46 @@ def test_a_changed_data_row_of_a_yaml_over_local_files_is_another_run(tmp_path):
     data.write_text(data.read_text().replace("1", "2", 1))  # one row of the scored split edited, same YAML
     with pytest.raises(UserError, match="lm_eval"):
         run_job(config(out, folder, methods=("zero-shot",)), lm=tiny_lm())
+
+
+def test_more_shots_than_lm_evals_few_shot_split_is_refused_before_the_model_loads(tmp_path):
+    folder = write_tasks(tmp_path / "yamls")  # toy_mc: 12 validation rows tune; shots from the 8 scored rows
+    (folder / "toy_mc.yaml").write_text((folder / "toy_mc.yaml").read_text() + "fewshot_split: test\n")
+    cfg = config(tmp_path / "runs", folder, task=MC, methods=("few-shot",), shots=8, model="smollm2-135m-instruct")
+    with pytest.raises(UserError, match=r"^--shots 8 is more than the 7 few-shot examples \(lm-eval's test split\) "
+                                        rf"of lm-eval:{MC}: use --shots 7 or less$"):
+        run_job(cfg)  # a model named to load: the refusal comes first
+    assert not (tmp_path / "runs").exists()
+    assert run_job(config(tmp_path / "runs", folder, task=MC, methods=("few-shot",), shots=7), lm=tiny_lm())
+
+
+@pytest.mark.parametrize("metrics", [["bleu", "exact_match"], ["bleu"]])
+def test_a_metric_that_is_not_0_1_is_aggregated_by_lm_evals_own_function(tmp_path, metrics, capsys):
+    from lm_eval.api.metrics import bleu
+
+    from softeval.cli.app import print_table
+
+    folder = write_tasks(tmp_path / "yamls")
+    yaml = folder / "toy_add.yaml"
+    listed = "".join(f"  - metric: {m}\n" + ('    regexes_to_ignore:\n      - "= "\n' if m == "exact_match" else "")
+                     for m in metrics)
+    head, rest = yaml.read_text().split("metric_list:")
+    yaml.write_text(head + "metric_list:\n" + listed + rest[rest.index("generation_kwargs:"):])
+    out = tmp_path / "runs"
+    [result] = run_job(config(out, folder, methods=("zero-shot",)), lm=tiny_lm())
+    rows = samples(result, out)
+    own = result["metrics"]["lm_eval"]
+    pairs = [row["lm_eval"]["strict-match"]["bleu"] for row in rows]  # lm-eval's per-item (reference, prediction)
+    assert all(isinstance(p, list) and len(p) == 2 for p in pairs)
+    assert own["metrics"]["bleu,strict-match"] == pytest.approx(bleu(pairs))
+    assert own["metrics"]["bleu_stderr,strict-match"] == "N/A" and own["sample_len"] == len(rows) == 4
+    if "exact_match" in metrics:  # correct: the first metric that is a number per item
+        assert own["correct"].startswith("exact_match of the strict-match answer is 1 (0/1 per item")
+        assert [r["correct"] for r in rows] == [r["lm_eval"]["strict-match"]["exact_match"] == 1.0 for r in rows]
+    else:
+        assert own["correct"].startswith("no metric of this task is a number per item")
+        assert not any(r["correct"] for r in rows) and result["metrics"]["accuracy"]["value"] == 0.0
+    print_table([result])  # the run's table says lm-eval's score and what correct means
+    shown = capsys.readouterr().out
+    assert f"lm-eval, zero-shot: bleu,strict-match {own['metrics']['bleu,strict-match']:.4f}" in shown
+    assert "correct: " + own["correct"][:30] in shown

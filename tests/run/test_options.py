@@ -2,13 +2,13 @@
 the tuning defaults: a default, range or choice written there is what every front end applies."""
 
 import argparse
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
 from softeval.cli import app
 from softeval.errors import UserError
-from softeval.run.config import COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig
+from softeval.run.config import COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig, resolved_tune_dtype
 from softeval.run.tune import TuneConfig
 from softeval.run.validate import check_config
 from softeval.sweep.entries import MODEL_KEYS, TASK_KEYS
@@ -40,7 +40,9 @@ def test_sweep_keys_and_tuning_defaults_come_from_the_table():
     assert {"model", "task", "out", "force", "seed", "soft_prompt", "kind"}.isdisjoint(SWEEP_OPTIONS)
     run = RunConfig(model="m", task="t")
     tuned = TuneConfig.of(run)
-    assert tuned == TuneConfig()  # TuneConfig's defaults are RunConfig's
+    # TuneConfig's defaults are RunConfig's; tuning gets --tune-dtype as this machine resolves it
+    assert TuneConfig().tune_dtype == run.tune_dtype == "auto"
+    assert tuned == replace(TuneConfig(), tune_dtype=resolved_tune_dtype(run))
     assert (tuned.num_tokens, tuned.steps, tuned.early_stop) == (run.tokens, run.steps, run.early_stop)
     assert [f.name for f in fields(RunConfig)][:2] == ["model", "task"]
     with pytest.raises(TypeError):

@@ -11,7 +11,7 @@ from tiny import format_task
 from softeval.lm import generation, tuning_loss
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
-from softeval.run.tune import TuneConfig, batches, tune
+from softeval.run.tune import TuneConfig, batches, lr_at, tune
 
 
 def _format_rate(lm, prompter, items, soft):
@@ -73,11 +73,12 @@ def test_nan_loss_stops_and_keeps_last_finite(lm, monkeypatch):
     assert math.isfinite(result.final_loss)
 
 
-def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path):
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path, schedule):
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
     items = task.load().tune
-    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, lr_schedule=schedule)
     full = tune(lm, prompter, items[4:], items[:4], cfg)
 
     def interrupt(point):
@@ -255,3 +256,20 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     assert said.startswith("not reached on the held-out slice (best 0.12 at step 20): the soft prompt did not learn")
     assert "--steps" in said and "--lr" in said and "--init" in said
     assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}]).startswith("not measured")
+
+
+def test_the_linear_schedule_falls_from_lr_to_zero_and_constant_stays():
+    linear = TuneConfig(lr=0.3, steps=80, lr_schedule="linear")
+    assert [lr_at(linear, step) for step in (0, 40, 79)] == pytest.approx([0.3, 0.15, 0.3 / 80])
+    constant = TuneConfig(lr=0.3, steps=80)
+    assert constant.lr_schedule == "constant" and {lr_at(constant, step) for step in range(80)} == {0.3}
+
+
+def test_the_schedule_changes_what_is_tuned(lm):
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    soft = {schedule: tune(lm, prompter, items, [], TuneConfig(num_tokens=3, steps=4, curve_every=0, lr=0.1,
+                                                               lr_schedule=schedule)).soft.weight
+            for schedule in ("constant", "linear")}
+    assert not torch.equal(soft["constant"], soft["linear"])

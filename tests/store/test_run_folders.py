@@ -84,18 +84,21 @@ def test_curve_items_is_part_of_the_run_identity(toy, tmp_path):
 def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from dataclasses import fields
 
-    from softeval.store.runs import NOT_IDENTITY, identity_of
+    from softeval.store.runs import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
 
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods", "epochs"} | {"method"}  # epochs: only when given
     lora = {"lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"}
     soft = {"lr", "init", "soft_prompt"}
-    assert set(identity_of(config.options("soft-prompt"))) == every - set(NOT_IDENTITY) - {"shots"} - lora
-    assert set(identity_of(config.options("lora"))) == every - set(NOT_IDENTITY) - {"shots"} - soft
+    # and, for tuned runs, the tuning dtype as this machine resolves --tune-dtype
+    assert set(identity_of(config.options("soft-prompt"))) == (every - set(NOT_IDENTITY) - {"shots"} - lora
+                                                               | {TUNE_DTYPE_RESOLVED})
+    assert set(identity_of(config.options("lora"))) == (every - set(NOT_IDENTITY) - {"shots"} - soft
+                                                        | {TUNE_DTYPE_RESOLVED})
     assert "epochs" in identity_of(dataclasses.replace(config, epochs=2.0).options("lora"))
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
-    tuning = {"steps", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora
+    tuning = {"steps", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora
     assert set(identity_of(config.options("few-shot"))) == every - set(NOT_IDENTITY) - tuning
     assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY) - tuning - {"shots"}
     # Output root, --force, --wait: the same run, found and skipped.

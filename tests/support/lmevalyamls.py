@@ -96,3 +96,39 @@ def write_tasks(folder: Path, max_gen_toks: int = 6) -> Path:
     (folder / "toy_add.yaml").write_text(ADD_YAML.format(folder=folder, max_gen_toks=max_gen_toks))
     (folder / "toy_mc.yaml").write_text(MC_YAML.format(folder=folder))
     return folder
+
+
+GROUP = "toy_group"
+MC2 = "toy_mc2"
+
+MC2_YAML = """include: toy_mc.yaml
+task: toy_mc2
+dataset_kwargs:
+  data_files:
+    validation: {folder}/mc_validation.jsonl
+    test: {folder}/mc2_test.jsonl
+"""
+
+GROUP_YAML = """group: toy_group
+group_alias: toy colours
+task:
+  - toy_mc
+  - toy_mc2
+aggregate_metric_list:
+  - metric: acc
+    weight_by_size: {weighted}
+  - metric: acc_norm
+    weight_by_size: {weighted}
+metadata:
+  version: 1.0
+"""
+
+
+def write_group(folder: Path, weighted: bool = True) -> Path:
+    """``write_tasks`` and a group of two multiple-choice tasks (toy_mc: 8 scored items, toy_mc2: 4),
+    aggregated size-weighted or not."""
+    write_tasks(folder)
+    write_jsonl(folder / "mc2_test.jsonl", _mc_rows(4, 80))
+    (folder / "toy_mc2.yaml").write_text(MC2_YAML.format(folder=folder))
+    (folder / "toy_group.yaml").write_text(GROUP_YAML.format(weighted=str(weighted).lower()))
+    return folder

@@ -47,6 +47,7 @@ def test_strict_is_the_strict_filter_its_fallback_no_answer(folder):
     task, splits = loaded(ADD, folder)
     item = splits.eval[0]  # "100 + 1" -> 101
     assert task.target(item) == " = 101" and task.stop == ("\n",) and task.max_new_tokens == 6
+    assert item.gold == "101"  # shown as the strict filter reads the target (gsm8k: the number after ####)
     assert task.strict(" = 101", item) == "101" and task.match("101", item)
     assert task.strict("101", item) is None and task.lenient("101", item) == "101"
     assert task.lenient("it is 7 or 101", item) == "101"  # group_select -1: the last number
@@ -132,3 +133,15 @@ def test_a_missing_extra_is_one_line_with_the_install_command(monkeypatch):
 def test_include_path_is_for_lm_eval_tasks_only(folder):
     with pytest.raises(UserError, match="is for lm-eval tasks"):
         check_config(RunConfig(model="smollm2-135m-instruct", task="gsm8k", include_path=folder))
+
+
+def test_the_shown_gold_is_the_strict_filters_reading_of_the_target_else_the_target(tmp_path):
+    folder = write_tasks(tmp_path / "nofilter")
+    yaml = folder / "toy_add.yaml"
+    yaml.write_text(yaml.read_text().split("filter_list:")[0] + "metadata:\n  version: 1.0\n")
+    task, splits = loaded(ADD, str(folder))
+    assert splits.eval[0].gold == "= 101"  # no regex filter: the target as lm-eval writes it
+    unread = write_tasks(tmp_path / "unread")
+    yaml = unread / "toy_add.yaml"
+    yaml.write_text(yaml.read_text().replace('doc_to_target: "= {{a}}"', 'doc_to_target: "is {{a}}"'))
+    assert loaded(ADD, str(unread))[1].eval[0].gold == "is 101"  # the strict regex does not read it: as is

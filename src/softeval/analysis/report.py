@@ -15,9 +15,11 @@ from typing import Any
 
 from softeval.analysis import plots
 from softeval.analysis.compare import Comparison, compare_runs, load_runs, paired_method_tests, samples_of
+from softeval.analysis.groups import GroupScore, group_scores
 from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import render as render_template
+from softeval.analysis.report_testbed import testbed_section
 from softeval.analysis.verdict import PAIRS as VERDICT_PAIRS
 from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
@@ -25,6 +27,7 @@ from softeval.errors import UserError
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METHODS, METRICS, TUNED_METHODS
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
+from softeval.store.groups import read_groups
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -56,21 +59,24 @@ def build_report(
     _check_output(output)  # before the analysis, which can take a while
     runs, skipped = load_runs(Path(out_root), keep_samples=True)
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot, post_scores=post_scores) if pairs else None
-    page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}")
+    groups = group_scores([r.results for r in runs], read_groups(Path(out_root)))
+    page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}", groups=groups,
+                  testbed=testbed_section(Path(out_root)))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")
     return output
 
 
 def render(
-    runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None, title: str
+    runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None, title: str,
+    groups: list[GroupScore] | None = None, testbed: dict[str, Any] | None = None,
 ) -> str:
-    """The whole page as a string."""
+    """The whole page as a string; ``groups``: lm-eval groups' scores (analysis/groups.py)."""
     runs = sorted(runs, key=lambda r: (r.task, r.model, METHODS.index(r.method), r.seed))
     page: dict[str, Any] = {
-        "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}),
+        "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}), "groups": groups,
         "n_tasks": len({r.task for r in runs}), "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "curve_file": CURVE_FILE, "ranking": comparison}
+        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed}
     if runs:
         samples = {run.path: _samples(run) for run in runs}
         # f1 only where a run has it (a task that scores token F1): a column of dashes would widen every

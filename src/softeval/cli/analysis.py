@@ -26,12 +26,15 @@ from softeval.analysis.compare import (
     paired_method_tests,
     parse_pairs,
 )
+from softeval.analysis.groups import group_scores
 from softeval.analysis.post_scores import PostScores, read_post_scores
+from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
 from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
+from softeval.store.groups import read_groups
 
 DEFAULT_RUNS = "runs"
 
@@ -153,9 +156,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     paired = paired_method_tests(runs, paired_metric)
     comparison = compare_runs(runs, pairs, args.metric, args.post_method, args.n_boot,
                               post_scores=post_scores) if pairs else None
+    groups = group_scores([r.results for r in runs], read_groups(out))
     if args.json:
         data = comparison.to_json() if comparison else {}
         data["paired_tests"] = [row.to_json() for row in paired]
+        data["lm_eval_groups"] = [row.to_json() for row in groups]
         data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in skipped]
         print(json.dumps(data, indent=2))
         return 0
@@ -163,9 +168,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, why in skipped:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
     _print_paired(console, paired)
+    print_group_scores(console, groups)
     if comparison:
         _print_comparison(console, comparison)
-    elif not paired:
+    elif not paired and not groups:
         raise UserError("nothing to compare: no model has a soft-prompt run beside a zero-shot or few-shot run "
                         "on the same task, and no --pair BASE=POST was given for the ranking")
     return 0

@@ -9,13 +9,16 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from softeval.analysis.groups import group_scores
 from softeval.analysis.verdict import verdicts
-from softeval.cli import analysis, sweep, track
+from softeval.cli import analysis, sweep, testbed, track
+from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
@@ -24,12 +27,14 @@ from softeval.lm.models import load_model
 from softeval.lm.presets import PRESETS, preset_installed
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import DEFAULT_METHODS, METHODS, METRICS
+from softeval.protocol import DEFAULT_METHODS, METHODS, METRICS, SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
+from softeval.run.groups import run_group
 from softeval.run.pipeline import run_folder, run_job
 from softeval.store.format import Run
 from softeval.tasks import TASKS
-from softeval.tasks.lmeval_bridge import listing
+from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval, listing
+from softeval.tasks.lmeval_group import is_group
 
 
 class Parser(argparse.ArgumentParser):
@@ -115,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     analysis.register(sub)
     sweep.register(sub)
+    testbed.register(sub)
     track.register(sub)
     return parser
 
@@ -131,6 +137,13 @@ def _methods(text: str) -> tuple[str, ...]:
 
 def cmd_run(args) -> int:
     config = _config(args, _methods(args.method))
+    if is_lmeval(config.task) and is_group(config.task, config.include_path):
+        record, per_task = run_group(config)  # each subtask a run of its own
+        for name, results in zip(record["tasks"], per_task):
+            print_table(results)
+            print_verdicts(replace(config, task=PREFIX + name), results)
+        print_group_scores(table_console(), group_scores([r for rs in per_task for r in rs], [record]))
+        return 0
     results = run_job(config)
     print_table(results)
     print_verdicts(config, results)
@@ -191,6 +204,14 @@ def print_table(results: list[dict]) -> None:
     note = first.get("split", {}).get("note")
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
+    for r in results:  # an lm-eval task: lm-eval's own scores of the task (metrics.lm_eval)
+        own = r["metrics"].get(SOURCE_METRICS)
+        if own:
+            scores = "; ".join(f"{k} {v:.4f}" for k, v in own["metrics"].items() if "_stderr" not in k
+                               and isinstance(v, float | int))
+            console.print(f"lm-eval, {r['method']}: {scores}", markup=False, highlight=False)
+    if first["metrics"].get(SOURCE_METRICS):
+        console.print(f"correct: {first['metrics'][SOURCE_METRICS]['correct']}", markup=False, highlight=False)
 
 
 def print_verdicts(config: RunConfig, results: list[dict]) -> None:

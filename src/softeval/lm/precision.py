@@ -1,12 +1,14 @@
 """The dtype tuning computes in (``--tune-dtype``), and the copy of the frozen model that computes in it.
 
-Tuning is compute-bound (matmuls are most of a step). Where the device multiplies bf16 natively
-(CUDA with bf16; CPUs with AVX512-BF16 or AMX) a bf16 forward and backward is several times faster
-than fp32, so ``auto`` tunes in bf16 there and in the run's dtype elsewhere: on a CPU without bf16
-arithmetic PyTorch converts every product, and bf16 is far slower than fp32 (BENCHMARKS.md, "bf16 on
-CPU"). The capability is probed, never guessed from the device's name: torch's own CPU probes
-(``torch.cpu._is_avx512_bf16_supported``, ``_is_amx_tile_supported``) where this torch has them, else
-the processor's flags in /proc/cpuinfo.
+Tuning is compute-bound (matmuls are most of a step). Where the device multiplies bf16 fast (CUDA
+with bf16; CPUs with AMX) a bf16 forward and backward is several times faster than fp32, so ``auto``
+tunes in bf16 there and in the run's dtype elsewhere: on a CPU without bf16 arithmetic PyTorch converts
+every product, and bf16 is far slower than fp32 (BENCHMARKS.md, "bf16 on CPU"); on a CPU with
+AVX512-BF16 but no AMX, bf16 products measured 1.8-3.4x slower than fp32 on one host (an Intel Xeon of
+2026-12-01) and faster on another (an AMD EPYC, issue 42): not a safe default, so ``auto`` keeps the
+run's dtype there and ``--tune-dtype bfloat16`` asks for it. The capability is probed, never guessed
+from the device's name: torch's own AMX probe (``torch.cpu._is_amx_tile_supported``) where this torch
+has it, else the processor's ``amx_bf16`` flag in /proc/cpuinfo.
 
 Only tuning's forward and backward change dtype. The soft prompt, its gradient and AdamW's state stay
 fp32 (the soft prompt is cast where it is injected, and its gradient flows back through the cast), and
@@ -35,9 +37,9 @@ from softeval.lm.models import LoadedModel
 
 TUNE_DTYPES = ("auto", "float32", "bfloat16")
 NAMED = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of bf16 arithmetic
+CPU_BF16_FLAGS = ("amx_bf16",)  # /proc/cpuinfo flags of fast bf16 arithmetic: AMX (not AVX512-BF16 alone)
 # torch's own CPU probes (torch.cpu), used where this torch has them
-CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+CPU_BF16_PROBES = ("_is_amx_tile_supported",)
 CPUINFO = Path("/proc/cpuinfo")
 CPU_BF16_ENV = "SOFTEVAL_CPU_BF16"
 
@@ -55,7 +57,7 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX): torch's probes, else the flags;
+    """Whether this CPU computes bf16 fast (AMX; AVX512-BF16 alone is not enough): torch's probe, else the flags;
     ``SOFTEVAL_CPU_BF16=0`` or ``1`` in the environment says it instead (a probe that is wrong on some
     host; the tests, which tune as on a CPU without bf16 unless they fake one)."""
     said = os.environ.get(CPU_BF16_ENV, "").strip()

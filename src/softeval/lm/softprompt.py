@@ -27,7 +27,8 @@ SOFTEVAL_META = "softeval.json"
 # The init grammar: how a soft prompt's first vectors are chosen. Read by ``parse_init`` only.
 INIT_TEXT = "text:"  # text:WORDS: the embeddings of those words' tokens
 INIT_FROM = "from:"  # from:PATH: a saved soft prompt (warm start)
-INIT_GRAMMAR = 'vocab, random, text:"some words" or from:PATH (a saved soft prompt)'
+INIT_INSTRUCTION = "instruction"  # the embeddings of the task's own instruction (vocab for a task without one)
+INIT_GRAMMAR = 'vocab, random, instruction, text:"some words" or from:PATH (a saved soft prompt)'
 # What an InitRefused is about: a value outside the grammar, a text without a token for the model,
 # a saved soft prompt with another number of vectors than asked for.
 NOT_AN_INIT, NO_TOKENS, OTHER_TOKENS = "not an init", "no tokens", "other tokens"
@@ -37,7 +38,7 @@ NOT_AN_INIT, NO_TOKENS, OTHER_TOKENS = "not an init", "no tokens", "other tokens
 class Init:
     """A soft-prompt init, read by ``parse_init``."""
 
-    kind: str  # "vocab", "random", "text" or "from"
+    kind: str  # "vocab", "random", "instruction", "text" or "from"
     text: str = ""  # text: the words, without the spaces and double quotes around them
     source: Path | None = None  # from: the folder of the saved soft prompt
 
@@ -55,10 +56,10 @@ class InitRefused(UserError):
 
 
 def parse_init(value: object) -> Init:
-    """The one reader of the init grammar: ``vocab``, ``random``, ``text:WORDS`` (WORDS not empty once
-    the spaces and double quotes around them are removed) or ``from:PATH``; anything else is an
-    InitRefused (NOT_AN_INIT)."""
-    if value in ("vocab", "random"):
+    """The one reader of the init grammar: ``vocab``, ``random``, ``instruction``, ``text:WORDS`` (WORDS
+    not empty once the spaces and double quotes around them are removed) or ``from:PATH``; anything
+    else is an InitRefused (NOT_AN_INIT)."""
+    if value in ("vocab", "random", INIT_INSTRUCTION):
         return Init(str(value))
     if isinstance(value, str) and value.startswith(INIT_TEXT):
         text = value[len(INIT_TEXT):].strip().strip('"')
@@ -192,15 +193,22 @@ class SoftPrompt(torch.nn.Module):
 
     @classmethod
     def initialise(cls, lm: LoadedModel, num_tokens: int = 10, how: str = "vocab",
-                   seed: int = 0) -> SoftPrompt:
+                   seed: int = 0, instruction: str = "") -> SoftPrompt:
         """``vocab``: embeddings of randomly sampled (non-special) vocabulary tokens; ``random``:
         Gaussian with the embedding table's scale; ``text:...``: embeddings of that text's tokens,
-        repeated or cut to ``num_tokens``; ``from:PATH``: a saved soft prompt (warm start), which must
+        repeated or cut to ``num_tokens``; ``instruction``: the embeddings of the last ``num_tokens``
+        tokens of ``instruction`` (the task's: its words on the answer's form come last), repeated
+        when it has fewer, or ``vocab`` when it is empty; ``from:PATH``: a saved soft prompt (warm start), which must
         have ``num_tokens`` vectors of the model's hidden size (checked: a one-line UserError). An init
         outside the grammar, a text without a token, or a soft prompt of another size: InitRefused."""
         init = parse_init(how)
         embed = lm.model.get_input_embeddings()
         generator = torch.Generator().manual_seed(seed)
+        if init.kind == INIT_INSTRUCTION:
+            ids = lm.tokenizer(instruction.strip(), add_special_tokens=False).input_ids if instruction.strip() else []
+            if ids:
+                return cls(_embed_ids(embed, (ids * num_tokens)[-num_tokens:]), init=how)
+            init = Init("vocab")
         if init.kind == "vocab":
             special = set(getattr(lm.tokenizer, "all_special_ids", []) or [])
             vocab = min(embed.num_embeddings, len(lm.tokenizer))

@@ -20,15 +20,20 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.lora import LORA_TARGETS
-from softeval.lm.precision import TUNE_DTYPES
+from softeval.lm.models import pick_device, pick_dtype
+from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
-from softeval.store.runs import FINGERPRINT
+from softeval.store.runs import FINGERPRINT, TUNE_DTYPE_RESOLVED
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
+
+LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 
@@ -129,8 +134,11 @@ class RunConfig:
     steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
     tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
     lr: float = option(float, 3e-2, "AdamW learning rate (default %(default)s)", where=TUNING)
-    init: str = option(str, "vocab", 'vocab (default), random, text:"...", or from:PATH (warm start from a saved '
-                       "soft prompt: the soft_prompt/ folder of a run)", where=TUNING)
+    lr_schedule: str = option(str, "constant", "constant (the default) or linear: the learning rate falls "
+                              "linearly from --lr to 0 over --steps", choices=LR_SCHEDULES, where=TUNING)
+    init: str = option(str, "vocab", 'vocab (default), random, instruction (the task\'s own instruction), text:"...", '
+                       "or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)",
+                       where=TUNING)
     batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
     curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
                               range=(1, 1_000_000), where=TUNING)
@@ -139,9 +147,9 @@ class RunConfig:
     length_group: int = option(int, 1, "regroup each window of this many tuning batches by length, less padding "
                                "(default 1: off)", range=(1, 1_000_000), where=TUNING)
     tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: bfloat16 "
-                             "where the device computes it natively, CUDA with bf16 or a CPU with AVX512-BF16 or "
-                             "AMX, else the model's --dtype), float32 or bfloat16; the soft prompt and its optimizer "
-                             "stay float32, scoring keeps --dtype", choices=TUNE_DTYPES, where=TUNING)
+                             "where the device computes it fast, CUDA with bf16 or a CPU with AMX (not AVX512-BF16 "
+                             "alone), else the model's --dtype), float32 or bfloat16; the soft prompt and its "
+                             "optimizer stay float32, scoring keeps --dtype", choices=TUNE_DTYPES, where=TUNING)
     # stop tuning once the held-out slice follows the format and its loss and format plateau (tune.plateau)
     early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice follows the "
                               "format (format_rate >= 0.9) and its loss and format_rate have plateaued; the step "
@@ -181,12 +189,15 @@ class RunConfig:
         option = BACKENDS[self.backend].args
         return getattr(self, option) if option else None
 
-    def options(self, method: str) -> dict:
+    def options(self, method: str, here: bool = True) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of
-        them but ``store.runs.NOT_IDENTITY``."""
+        them but ``store.runs.NOT_IDENTITY``. ``here``: this machine runs it, so what ``auto`` options
+        resolve to here is part of it (``store.runs.MACHINE_RESOLVED``: the tuning dtype)."""
         data = asdict(self)
         data["method"] = method
         data.pop("methods")
+        if here:
+            data[TUNE_DTYPE_RESOLVED] = resolved_tune_dtype(self)
         if self.soft_prompt:  # the path names a folder; what numbers come out depends on what is in it
             data["soft_prompt_sha256"] = folder_sha256(Path(self.soft_prompt))
         # what a task file and a data file hold, not only their names (tasks/digest.py)
@@ -201,6 +212,15 @@ class RunConfig:
         if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
             data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
         return data
+
+
+def resolved_tune_dtype(config: RunConfig) -> str:
+    """The dtype tuning computes in for ``config`` on this machine (``--tune-dtype`` resolved: ``auto`` is
+    bf16 where the device computes it fast, else the run's ``--dtype`` as the model loads in it), without
+    loading the model; what tuning then uses (``TuneConfig.of``)."""
+    device = pick_device(config.device)
+    run_dtype = pick_dtype(config.dtype, device)
+    return dtype_name(tuning_dtype(config.tune_dtype, run_dtype, torch.device(device)))
 
 
 # The option table, in the order the command line lists the flags.

@@ -25,6 +25,7 @@ from softeval.lm.lora import LoraAdapter
 from softeval.lm.models import LoadedModel, load_model
 from softeval.lm.softprompt import SoftPrompt
 from softeval.metrics import aggregate, answer_counts
+from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -89,6 +90,9 @@ class Job:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
         if "few-shot" in cfg.methods:
             check_shots(cfg.shots, len(self.train), cfg.task, name)
+            if self.splits.shot_pool is not None:  # the task's source draws its own shots (lm-eval)
+                pool, most = self.splits.shot_pool
+                check_shots(cfg.shots, most, cfg.task, name, pool)
 
     @property
     def lm(self) -> LoadedModel:
@@ -136,18 +140,19 @@ def load_lm(config: RunConfig) -> LoadedModel:
     return load_model(config.model, device=config.device, dtype=config.dtype, kind=config.kind)
 
 
-def run_folder(config: RunConfig, method: str) -> tuple[RunFolder, dict]:
+def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
     """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
-    ``softeval run`` and ``softeval sweep`` share."""
+    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options)."""
     return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
-            config.options(method))
+            config.options(method, here))
 
 
-def is_finished(config: RunConfig, method: str) -> bool:
+def is_finished(config: RunConfig, method: str, here: bool = True) -> bool:
     """True when this run is finished with the same identity (``softeval run`` would skip it); a finished
     run with other settings is a UserError, as it is for ``softeval run``. Changes nothing on disk and
-    takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock."""
-    folder, identity = run_folder(config, method)
+    takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock.
+    ``here``: False on a remote sweep's driver (what only the worker's machine resolves is not compared)."""
+    folder, identity = run_folder(config, method, here)
     return folder.is_finished(identity)
 
 
@@ -262,12 +267,16 @@ def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, ad
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
     found, text = versions(), jsonl_text(samples)  # text: samples.jsonl as finish writes it
+    metrics = aggregate(samples)
+    source_metrics = job.task.extra.get("source_metrics")  # a task source's own aggregation (lm-eval's)
+    if source_metrics is not None:
+        metrics[SOURCE_METRICS] = source_metrics(samples)
     results = Results(  # results.json (its record: softeval.store.record), in the order it is written
         softeval_version=found["softeval"],
         model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
         task=cfg.task, method=method, seed=cfg.seed, n=len(samples),
         series=cfg.series, step=cfg.step,
-        metrics=aggregate(samples),
+        metrics=metrics,
         answers=answer_counts(samples),
         format_failures=count_causes(samples),
         item_ids=[e.id for e in job.items],

@@ -47,12 +47,13 @@ def guessed_kind_warning(lm: LoadedModel) -> str | None:
             "Results record the kind and its source (model_kind_source).")
 
 
-def check_shots(k: int, n_tune: int, task: str = "", name: Spelling = COMMAND_LINE) -> None:
-    """Few-shot draws its ``k`` shots from the ``n_tune`` tuning items (of ``task``): no more than
-    there are."""
+def check_shots(k: int, n_tune: int, task: str = "", name: Spelling = COMMAND_LINE,
+                pool: str = "tuning items") -> None:
+    """Few-shot draws its ``k`` shots from the ``n_tune`` items of ``pool`` (of ``task``; default its
+    tuning items): no more than there are."""
     if k > n_tune:
-        raise UserError(f"{name.setting('shots', k)} is more than the {n_tune} tuning items"
-                        + (f" of {task}" if task else ""))
+        raise UserError(f"{name.setting('shots', k)} is more than the {n_tune} {pool}"
+                        + (f" of {task}" if task else "") + f": use {name.setting('shots', n_tune)} or less")
 
 
 def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:

@@ -27,7 +27,7 @@ from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
-from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling
+from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
 from softeval.run.scoring import score_output
 from softeval.run.validate import init_refusal
 from softeval.store import checkpoint as ckpt
@@ -44,6 +44,7 @@ class TuneConfig:
     steps: int = RunConfig.steps
     batch_size: int = RunConfig.batch_size
     lr: float = RunConfig.lr
+    lr_schedule: str = RunConfig.lr_schedule
     weight_decay: float = 0.0
     seed: int = RunConfig.seed
     curve_every: int = RunConfig.curve_every
@@ -74,6 +75,7 @@ class TuneConfig:
             shared["lr"] = run.lora_lr
         if run.epochs is not None and n_train is not None:
             shared["steps"] = epoch_steps(run.epochs, n_train, run.batch_size)
+        shared["tune_dtype"] = resolved_tune_dtype(run)  # as the run's identity has it (config.options)
         return cls(num_tokens=run.tokens, **shared)
 
 
@@ -110,6 +112,14 @@ class TuneResult:
 # ("Early stop") shows the scored results it gives next to the full 80 steps.
 EARLY_STOP_MIN_DELTA = 0.01
 EARLY_STOP_MIN_POINTS = 2
+
+
+def lr_at(config: TuneConfig, step: int) -> float:
+    """The learning rate of the step after ``step`` steps: ``lr`` throughout (constant), or falling
+    linearly to 0 over ``steps`` (linear). A function of the step alone, so a resumed run continues it."""
+    if config.lr_schedule == "linear":
+        return config.lr * (1 - step / config.steps)
+    return config.lr
 
 
 def plateau(curve: list[dict], n_items: int) -> bool:
@@ -201,7 +211,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     torch.manual_seed(config.seed)
     if part is None:
         try:
-            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed).to(lm.device)
+            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed,
+                                         prompter.task.instruction or "").to(lm.device)
         except InitRefused as refused:
             raise init_refusal(refused, name) from None
     params = part.trainable()
@@ -243,6 +254,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
         batch = [pair(i) for i in plan[step]]
         previous = {key: p.detach().clone() for key, p in params.items()}
         optimizer.zero_grad(set_to_none=True)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(config, step)
         part.tuning(tuner.model, True)
         try:
             loss = tuning_loss.target_loss_backward(tuner, [p for p, _ in batch], [t for _, t in batch], part.soft,

@@ -18,13 +18,14 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_number
 from softeval.errors import shown
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import ADAPTER_WEIGHTS, METHODS
+from softeval.protocol import ADAPTER_WEIGHTS, METHODS, SOURCE_METRICS
 from softeval.store.record import RESULTS_FILE, RunFormatError, check
 
 # In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
@@ -52,6 +53,9 @@ INDEX_FILE = "index.sqlite"
 COMPARE_FILE = "compare.json"
 REPORT_FILE = "report.html"
 SWEEP_FILES = (COMPARE_FILE, REPORT_FILE)  # what `softeval sweep` writes beside the run folders
+# what `softeval testbed` writes beside them: its summary, its worlds and models, one sweep file per world seed
+TESTBED_FILE, TESTBED_FOLDER = "testbed.json", "testbed"
+TESTBED_SWEEP = "testbed-sweep-w{seed}.yaml"
 SWEEP_FOLDER = ".sweep"  # a sweep's worker logs (a dot folder: not a run folder for a scan)
 RUN_GLOB = "*/*/*/seed*"  # <model>/<task>/<method>/seed<N>: every candidate run folder
 SEED_FOLDER = re.compile(r"^seed(-?\d+)$")
@@ -223,6 +227,8 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     except (KeyError, TypeError, ValueError) as err:
         raise RunFormatError(f"{SAMPLES_FILE} rows are not scored items ({type(err).__name__}: {err}): "
                              f"{DAMAGED}") from None
+    if isinstance(results.get("metrics"), dict) and SOURCE_METRICS in results["metrics"]:
+        metrics[SOURCE_METRICS] = results["metrics"][SOURCE_METRICS]  # its source's aggregation, not the samples'
     numbers["metrics"] = metrics
     for key, expected in numbers.items():
         if key in results and not _same(results[key], expected):
@@ -362,7 +368,8 @@ def scan(out_root: Path, keep_samples: bool = False) -> ScanReport:
         except RunFormatError as exc:
             report.skipped.append((run_dir, str(exc)))
     for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
-        if entry.name.startswith((INDEX_FILE, ".")) or entry.name in SWEEP_FILES or entry in claimed:
+        if entry.name.startswith((INDEX_FILE, ".")) or entry.name in (*SWEEP_FILES, TESTBED_FILE, TESTBED_FOLDER) \
+                or fnmatch(entry.name, TESTBED_SWEEP.format(seed="*")) or entry in claimed:
             continue
         report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
     return report

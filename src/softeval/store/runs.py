@@ -57,12 +57,16 @@ NOT_IDENTITY = (
     "step",    # the checkpoint's training step: a label of the model, like the series
     "include_path",  # where lm-eval YAMLs lie; what the task's says is its config digest (config.LM_EVAL)
 )
-# Options that only some methods read: a run of any other method cannot depend on them, so they are
-# not part of its identity (new tuning settings do not make a finished zero-shot run another run).
-# Not listed, because every method reads them: tokens (the prompt budget left beside the soft prompt),
-# batch_size and curve_items (which tuning items are held out, hence the shots), eval_batch_size.
+# Options only some methods read are not part of another method's identity (new tuning settings leave a finished
+# zero-shot run finished). Every method reads tokens (the prompt budget beside the soft prompt), batch_size and
+# curve_items (the held-out tuning items, hence the shots), eval_batch_size. TUNE_DTYPE_RESOLVED: --tune-dtype as the
+# machine running the run resolves it (a run recorded before it: tuning.tune_dtype_ran); a check away from that
+# machine (a remote sweep's driver) leaves it out, and the worker compares it.
+TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
+MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "epochs", "curve_every", "length_group", "early_stop", "tune_dtype"), TUNED_METHODS),
+    **dict.fromkeys(("steps", "epochs", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype",
+                     TUNE_DTYPE_RESOLVED), TUNED_METHODS),
     **dict.fromkeys(("lr", "init", "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
     **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
     "shots": ("few-shot",),
@@ -98,13 +102,13 @@ def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
 
 def identity_diff(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for each identity option that differs; an option a run did not record (it
-    was written before the option existed) counts as different, its effect then being unknown. A
-    checkpoint is compared by its fingerprint when both records carry one, else by its path
-    (FINGERPRINT)."""
+    was written before the option existed) counts as different, its effect then being unknown. A checkpoint is
+    compared by its fingerprint when both records carry one, else by its path (FINGERPRINT)."""
     by_fingerprint = fingerprinted(old) and fingerprinted(new)
     paths = old.get("model"), new.get("model")
     old = identity_of(old, by_fingerprint)
     new = identity_of(new, by_fingerprint)
+    old = {k: v for k, v in old.items() if k in new or k not in MACHINE_RESOLVED}  # not resolved here: not compared
 
     def show(options: dict, key: str) -> str:
         return repr(options[key]) if key in options else NOT_RECORDED
@@ -216,11 +220,11 @@ class RunFolder:
         return self.finished()[0]
 
     def check(self, config: dict, force: bool, log=None) -> bool:
-        """True when this run is already finished with the same identity (skip it). A finished run
-        with another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
-        complete). A damaged finished
-        run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``, kept) and ``log`` says so. One
-        in another format version is as one with other settings (replaced with ``force``)."""
+        """True when this run is already finished with the same identity (skip it). A finished run with
+        another identity is an error unless ``force`` (then ``finish`` replaces it, once the new run is
+        complete). A damaged finished run is unfinished: it is moved aside (``.seed<N>.damaged-<time>``,
+        kept) and ``log`` says so. One in another format version is as one with other settings (replaced
+        with ``force``)."""
         try:
             done, damage = self.finished()
         except OtherSettings:
@@ -253,8 +257,11 @@ class RunFolder:
         return True
 
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
-        recorded = done.get("config")
-        diff = identity_diff(recorded if isinstance(recorded, dict) else {}, config)
+        recorded, tuning = done.get("config"), done.get("tuning")
+        recorded = dict(recorded) if isinstance(recorded, dict) else {}
+        if isinstance(tuning, dict) and "tune_dtype_ran" in tuning:  # recorded before the key: what it ran
+            recorded.setdefault(TUNE_DTYPE_RESOLVED, tuning["tune_dtype_ran"])
+        diff = identity_diff(recorded, config)
         if diff:
             raise OtherSettings(self.final, diff)
 

@@ -29,6 +29,7 @@ from softeval.run import pipeline
 from softeval.run.config import SWEEP_FILE
 from softeval.run.validate import check_out
 from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
+from softeval.store.groups import record_group
 from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
 from softeval.sweep.ray_token import use_token_if_any
@@ -70,15 +71,16 @@ class SweepResult:
         return [s for s in self.states if s.state == "failed"]
 
 
-def plan(sweep: Sweep) -> list[JobState]:
+def plan(sweep: Sweep, here: bool = True) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
-    a UserError here, before any worker starts (as ``softeval run`` refuses it)."""
+    a UserError here, before any worker starts (as ``softeval run`` refuses it). ``here``: the workers
+    run on this machine (no cluster address), so what they resolve on it (the tuning dtype) is compared."""
     states = []
     for job in sweep.jobs:
         folder, _ = pipeline.run_folder(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
         try:
-            done = config is not None and pipeline.is_finished(config, job.method)
+            done = config is not None and pipeline.is_finished(config, job.method, here)
         except OtherSettings as err:
             raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
@@ -91,7 +93,9 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
     (library use and tests: 'running', 'done', 'failed', 'retry')."""
     console = console or message_console()
     started = time.time()
-    states = plan(sweep)
+    states = plan(sweep, here=address is None)
+    for record in sweep.groups:  # every refusal is behind: the lm-eval groups' records (store/groups.py)
+        record_group(sweep.out, record)
     view = SweepView(console, states, on_event)
     todo = [s for s in states if s.state == "queued"]
     if todo:

@@ -20,6 +20,8 @@ from softeval.run.validate import check_methods, check_type
 from softeval.sweep.series import discover, from_list
 from softeval.tasks import get_task
 from softeval.tasks.custom import is_task_file
+from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval
+from softeval.tasks.lmeval_group import GroupPlan, is_group, plan
 
 LIST_KEYS = ("methods", "seeds")  # may also be narrowed per model or per task
 MODEL_KEYS = {"name", "kind", "post_trained", "resources", *LIST_KEYS, *SWEEP_OPTIONS}
@@ -105,6 +107,8 @@ def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
     source = options.get("source")
     if source is not None and is_data_file(source):
         options["source"] = str(resolve(here, source))
+    if isinstance(options.get("include_path"), str):  # a folder of lm-eval YAMLs, as the other paths
+        options["include_path"] = str(resolve(here, options["include_path"]))
     if "methods" in entry:
         methods = as_list(entry["methods"], "methods", where)
         try:
@@ -184,7 +188,11 @@ def series_entries(entry: dict, where: str, here: Path) -> list[ModelEntry]:
             for c in checkpoints]
 
 
-def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
+def task_entries(entry: Any, where: str, here: Path, include_path: str | None = None
+                 ) -> tuple[list[TaskEntry], GroupPlan | None]:
+    """A task of the file; ``include_path``: the file's top-level one (the task's own wins). An lm-eval
+    group or tag is its subtasks, each a task of the sweep with the entry's options, and its plan
+    (tasks/lmeval_group.py), which the sweep records in its output root."""
     if isinstance(entry, str):
         entry = {"name": entry}
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
@@ -192,11 +200,16 @@ def task_entry(entry: Any, where: str, here: Path) -> TaskEntry:
     at = f"{where}, task {entry['name']}"
     check_keys(entry, TASK_KEYS, at)
     name = str(resolve(here, entry["name"])) if is_task_file(entry["name"]) else entry["name"]
+    options = level_options(entry, at, here)
+    include = options.get("include_path", include_path)
     try:
-        get_task(name, entry.get("include_path"))
+        if is_lmeval(name) and is_group(name, include):
+            group = plan(name, include)
+            return [TaskEntry(PREFIX + task, dict(options)) for task in group.tasks], group
+        get_task(name, include)
     except UserError as err:
         raise UserError(f"{where}: {err}") from None
-    return TaskEntry(name, level_options(entry, at, here))
+    return [TaskEntry(name, options)], None
 
 
 def check_models(models: list[ModelEntry], where: str) -> None:

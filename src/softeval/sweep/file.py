@@ -3,7 +3,7 @@
 A sweep file is YAML (read with ``yaml.safe_load``, in the bounds of ``softeval.yamlfile``). Every key
 is checked: an unknown key is an error naming the key and the file, so a typo never silently falls
 back to a default. Paths in the file (``out``, local model folders, task files, data files given as
-``source``) are relative to the file's folder. The reference is docs/sweeps.md.
+``source``, ``include_path``) are relative to the file's folder. The reference is docs/sweeps.md.
 
 Options are layered: the file's top level, then the model entry, then the task entry (the most
 specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that
@@ -12,7 +12,7 @@ specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
 from softeval.protocol import ADAPTER_WEIGHTS, DEFAULT_METHODS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
+from softeval.run.groups import group_record
 from softeval.run.pipeline import run_folder
 from softeval.run.validate import check_config
 from softeval.store.format import SOFT_PROMPT_FOLDER
@@ -38,7 +39,7 @@ from softeval.sweep.entries import (
     model_entry,
     resolve,
     series_entries,
-    task_entry,
+    task_entries,
 )
 from softeval.yamlfile import BoundedLoader, read_yaml
 
@@ -81,6 +82,7 @@ class Sweep:
     jobs: list[SweepJob]
     retries: int = DEFAULT_RETRIES
     command: str = "sweep"  # the command that runs it, for the fixes its errors suggest (runs.FIXES)
+    groups: list[dict] = field(default_factory=list)  # lm-eval groups' records (store/groups.py), written by run
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -149,7 +151,12 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
             models += checkpoints
         else:
             models.append(model_entry(entry, where, here))
-    tasks = [task_entry(t, where, here) for t in as_list(spec["tasks"], "tasks", where)]
+    tasks, groups = [], []
+    for given in as_list(spec["tasks"], "tasks", where):
+        entries, group = task_entries(given, where, here, shared.get("include_path"))
+        tasks += entries
+        if group is not None:  # an lm-eval group: its subtasks are the sweep's tasks, its record is written
+            groups.append(group_record(entries[0].options.get("include_path", shared.get("include_path")), group))
     check_models(models, where)
     if len({t.name for t in tasks}) != len(tasks):
         raise UserError(f"{where}: a task is listed twice")
@@ -176,7 +183,7 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
                         previous[key] = job
                     jobs.append(job)
     _one_writer_per_folder(jobs, where)
-    return Sweep(path, out, models, tasks, jobs, retries, command)
+    return Sweep(path, out, models, tasks, jobs, retries, command, groups)
 
 
 def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:

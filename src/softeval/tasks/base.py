@@ -54,6 +54,9 @@ class Splits:
     note: str = ""
     skipped_rows: int = 0
     dropped_test_duplicates: int = 0  # tuning items dropped because a scored item renders the same
+    # Where the task's own source draws few-shot examples from, when not from ``tune`` (lm-eval's few-shot
+    # split): (its name, the most shots it can give an item); None: the tuning items.
+    shot_pool: tuple[str, int] | None = None
 
     def describe(self) -> dict:
         return {

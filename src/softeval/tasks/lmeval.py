@@ -70,12 +70,28 @@ class LmEvalSource:
                       config.validation_split if task.has_validation_docs() and eval_split != config.validation_split
                       else None)
         if tune_split is None:
-            return held_out_splits(scored, file_n_tune(len(scored)), HELD_OUT_SEED, where, str(eval_split),
-                                   note=note)
-        docs = task.training_docs() if tune_split == config.training_split else task.validation_docs()
-        tune = [self.example(doc, f"{tune_split}/{i}", -1) for i, doc in enumerate(docs)]
-        return Splits(tune, scored, where, str(tune_split), str(eval_split), note=note,
-                      held_out=bool(data and data.held_out), seed=data.seed if data else None)
+            splits = held_out_splits(scored, file_n_tune(len(scored)), HELD_OUT_SEED, where, str(eval_split),
+                                     note=note)
+        else:
+            docs = task.training_docs() if tune_split == config.training_split else task.validation_docs()
+            tune = [self.example(doc, f"{tune_split}/{i}", -1) for i, doc in enumerate(docs)]
+            splits = Splits(tune, scored, where, str(tune_split), str(eval_split), note=note,
+                            held_out=bool(data and data.held_out), seed=data.seed if data else None)
+        splits.shot_pool = self.shot_pool()
+        return splits
+
+    def shot_pool(self) -> tuple[str, int]:
+        """lm-eval's few-shot pool: its name and the most shots it gives an item (one fewer where it is
+        the scored split: lm-eval leaves the item itself out)."""
+        task = self.built()
+        sampler = getattr(task, "sampler", None)
+        docs = sampler.fewshot_docs() if sampler is not None else []
+        config = task.config
+        split = task.fewshot_cfg.split or (config.training_split if task.has_training_docs() else
+                                           config.validation_split if task.has_validation_docs() else
+                                           config.test_split)
+        itself = task.fewshot_cfg.split is not None and task.fewshot_cfg.split == config.test_split
+        return f"few-shot examples (lm-eval's {split} split)", max(0, len(docs) - itself)
 
     def example(self, doc: dict, ident: str, index: int) -> Example:
         """One doc: its zero-shot prompt (lm-eval's, no chat template), its target and, for multiple
@@ -92,7 +108,14 @@ class LmEvalSource:
             return Example(ident, fields, choices[gold_index])
         answer = str(gold[0] if isinstance(gold, list) else gold)
         fields["target"] = task.config.target_delimiter + answer
-        return Example(ident, fields, answer)
+        return Example(ident, fields, self.final_answer(fields["target"], doc))
+
+    def final_answer(self, target: str, doc: dict) -> str:
+        """The gold answer shown in samples (``answers.gold``): what the strict filter reads from the
+        target (gsm8k: the number after ``####``, not the whole solution), else the target itself.
+        Display only: correctness is the task's own metric against its own target."""
+        value, fallback = self.filtered(self.pipelines()[0], target, Example("", {"doc": doc}, ""))
+        return target.strip() if fallback or not str(value).strip() else str(value).strip()
 
     def contexts(self, examples: Sequence[Example], k: int, chat: Callable | None) -> list[str]:
         """lm-eval's prompts of ``examples`` with ``k`` shots: the sampler seeded as ``simple_evaluate``
@@ -145,8 +168,8 @@ class LmEvalSource:
             return False
         if self.multiple_choice:
             return answer == example.gold
-        values = self.metrics(answer, example)
-        return float(next(iter(values.values()))) >= 1.0
+        value = _first_number(self.metrics(answer, example))
+        return value is not None and value[1] >= 1.0
 
     def item_metrics(self, output: str, example: Example) -> dict:
         """Every filter pipeline's answer and its metrics, as lm-eval computes them (generative tasks)."""
@@ -157,6 +180,56 @@ class LmEvalSource:
             value, _ = self.filtered(pipeline, output, example)
             out[pipeline.name] = {"answer": value, **{k: _plain(v) for k, v in self.metrics(value, example).items()}}
         return out
+
+    def task_metrics(self, samples: Sequence[dict]) -> dict:
+        """lm-eval's per-task scores of a run's samples, as ``simple_evaluate`` reports them: each metric of
+        each filter pipeline (``"metric,filter"``) by the task's own aggregation function over the per-item
+        values (``mean`` for exact_match; corpus ``bleu``, ``f1``, ... for others), its stderr where lm-eval
+        has a closed form (mean), ``sample_len``, and what ``correct`` means for this task. Multiple
+        choice: ``acc,none`` and ``acc_norm,none`` from the cloze scores."""
+        from lm_eval.api.metrics import acc_all, mean, stderr_for_metric
+
+        task = self.built()
+        aggregation = task.aggregation()
+        if self.multiple_choice:
+            per_item = {("acc", "none"): [float(s["cloze_correct"]) for s in samples if "cloze_correct" in s],
+                        ("acc_norm", "none"): [float(s["cloze_norm_correct"]) for s in samples
+                                               if "cloze_norm_correct" in s]}
+            correct = ("the generated answer is the gold choice's text (acc, acc_norm: from the choices' "
+                       "log-likelihoods)")
+        else:
+            per_item = {(metric, pipe): [s["lm_eval"][pipe][metric] for s in samples]
+                        for pipe in (f.name for f in task._filters) for metric in aggregation
+                        if all(metric in s.get("lm_eval", {}).get(pipe, {}) for s in samples)}
+            correct = self.correct_means(samples)
+        scores: dict = {}
+        for (metric, pipe), values in per_item.items():
+            if not values:
+                continue
+            function = aggregation.get(metric, mean)
+            scores[f"{metric},{pipe}"] = _plain(function(values))
+            closed_form = function in (mean, acc_all) and len(values) > 1
+            scores[f"{metric}_stderr,{pipe}"] = (_plain(stderr_for_metric(function, 1)(values)) if closed_form
+                                                 else "N/A")
+        return {"metrics": scores, "sample_len": len(samples), "correct": correct}
+
+    def correct_means(self, samples: Sequence[dict]) -> str:
+        """What ``correct`` (and so ``accuracy``) is for this generative task: its first metric whose
+        per-item value is a number, at 1 for the strict answer; said as a partial credit where that metric
+        is not 0/1 per item (f1), and as meaningless where no metric is a number per item (bleu's pairs)."""
+        strict = self.pipelines()[0].name
+        rows = [s.get("lm_eval", {}).get(strict, {}) for s in samples]
+        found = _first_number({k: v for k, v in rows[0].items() if k != "answer"}) if rows else None
+        if found is None:
+            return ("no metric of this task is a number per item (e.g. bleu's reference/prediction pairs): correct "
+                    "is false for every item and accuracy says nothing; the task's score is metrics.lm_eval, by "
+                    "lm-eval's own aggregation")
+        metric = found[0]
+        binary = all(r.get(metric) in (0, 1, 0.0, 1.0, True, False) for r in rows)
+        said = f"{metric} of the {strict} answer is 1"
+        return said + (" (0/1 per item: accuracy is lm-eval's score)" if binary else
+                       f" (full credit; {metric} is not 0/1 per item: the task's score is metrics.lm_eval, by "
+                       "lm-eval's own aggregation)")
 
     def strict_choice(self, output: str, example: Example) -> str | None:
         """Multiple choice, generated: the choice the output's first line is (trailing period aside)."""
@@ -172,6 +245,14 @@ class LmEvalSource:
             return strict
         hits = [c for c in example.fields["choices"] if c.strip() and _contains(output.lower(), c.lower())]
         return hits[0] if len(hits) == 1 else None
+
+
+def _first_number(values: dict) -> tuple[str, float] | None:
+    """The first metric whose per-item value is a number (not a tuple a corpus aggregation reads), and it."""
+    for key, value in values.items():
+        if isinstance(value, int | float) or type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0:
+            return key, float(value)
+    return None
 
 
 def _plain(value):
@@ -210,7 +291,7 @@ def lmeval_task(task_name: str, include_path: str | None = None) -> Task:
         max_new_tokens=MC_MAX_NEW_TOKENS if multiple_choice else int(
             gen.get("max_gen_toks", gen.get("max_new_tokens", DEFAULT_MAX_GEN_TOKS))),
         sources=("offline", "hub"),
-        extra={"item_metrics": src.item_metrics, "lm_eval": src},
+        extra={"item_metrics": src.item_metrics, "lm_eval": src, "source_metrics": src.task_metrics},
         cloze=(lambda e: e.fields["text"]) if multiple_choice else None,
         cloze_choices=(lambda e: (e.fields["choices"], e.fields["gold_index"])) if multiple_choice else None,
         cue="",

@@ -45,6 +45,9 @@ def manager(include_path: str | None, defaults: bool = True):
     from lm_eval.tasks import TaskManager
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on every task built (custom_dataset, ...)
+    import datasets  # lm-eval's own dependency: no progress bar per split a task's process_docs maps
+
+    datasets.disable_progress_bars()
     if include_path is not None and not Path(include_path).is_dir():
         raise UserError(f"--include-path {include_path}: no such folder (give a folder of lm-eval task YAMLs)")
     return TaskManager(include_path=include_path, include_defaults=defaults)
@@ -126,8 +129,9 @@ def check_supported(name: str, found, cfg: dict[str, Any]) -> None:
     """Refuse what softeval cannot run (yet), one line each: groups and tags, other output types."""
     kind = kind_of(found)
     if kind in ("group", "tag"):
-        raise UserError(f"lm-eval:{name} is an lm-eval {kind}: name one of its tasks (`softeval tasks --lm-eval "
-                        f"{name}` lists them); groups are not run as one task yet")
+        raise UserError(f"lm-eval:{name} is an lm-eval {kind}: `softeval run` and sweep files run it as its tasks, "
+                        f"each a run of its own; here name one of them (`softeval tasks --lm-eval {name}` lists "
+                        "them)")
     output = cfg.get("output_type", "generate_until")
     if output not in OUTPUT_TYPES:
         raise UserError(f"lm-eval:{name} is a {output} task: softeval runs lm-eval's generate_until and "

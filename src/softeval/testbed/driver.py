@@ -1,0 +1,127 @@
+"""`softeval testbed`, phase by phase: the worlds and their task files, pre-training, post-training, the
+comparison through softeval's own sweep, then the statistics into `testbed.json`. Every phase skips what a
+previous (perhaps killed) testbed in the same output root finished, so running it again continues."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from softeval.analysis.compare import load_runs
+from softeval.consoles import progress_bar, table_console
+from softeval.errors import UserError
+from softeval.store.format import REPORT_FILE, TESTBED_FILE, TESTBED_FOLDER
+from softeval.sweep.driver import run_sweep
+from softeval.sweep.file import load_sweep
+from softeval.testbed.build import build_base, build_post, model_name, write_task
+from softeval.testbed.recipes import recipes as recipe_list
+from softeval.testbed.summary import print_summary, summarize, world_scores
+from softeval.testbed.sweepfile import write_sweep
+from softeval.testbed.world import make_world
+
+SETTINGS_FILE = "settings.json"  # in the testbed folder: what the models and runs there were made with
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    world_seeds: tuple[int, ...]
+    people: int
+    steps: int  # soft-prompt tuning steps (softeval run --steps)
+    exposure_scale: float = 1.0
+    n_boot: int = 1000
+
+    def to_json(self) -> dict:
+        return {"quick": self.quick, "world_seeds": list(self.world_seeds), "people": self.people,
+                "steps": self.steps, "exposure_scale": self.exposure_scale}
+
+
+def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None = None) -> dict:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the testbed draws its own bars
+    torch.set_num_threads(1)  # tiny models: one thread trains fastest, and leaves the other core to others
+    folder = out / TESTBED_FOLDER
+    _claim(folder, settings)
+    recipes = recipe_list(settings.quick, settings.exposure_scale)
+    worlds = [make_world(s, n_people=settings.people) for s in settings.world_seeds]
+    timing = {"pre_training_s": 0.0, "post_training_s": 0.0, "comparison_s": 0.0}
+    started = time.perf_counter()
+    base_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r) for w in worlds for r in recipes}
+    post_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r, post=True) for w in worlds for r in recipes}
+    notes: dict[int, dict[str, dict]] = {w.seed: {} for w in worlds}
+    for w in worlds:  # world by world, so that a world's comparison is finished before the next one starts
+        task = write_task(w, folder / f"w{w.seed}")
+        clock = time.perf_counter()
+        with progress_bar(console) as bar:
+            for phase, dirs in (("pre-training", base_dirs), ("post-training", post_dirs)):
+                overall = bar.add_task(f"world {w.seed}: {phase}", total=len(recipes))
+                for r in recipes:
+                    step = bar.add_task(f"  {dirs[w.seed, r.name].name}", total=None)
+
+                    def on_step(n: int, total: int, step=step) -> None:
+                        bar.update(step, completed=n, total=total)
+
+                    if phase == "pre-training":
+                        notes[w.seed][r.name] = build_base(w, r, base_dirs[w.seed, r.name], w.seed, on_step)
+                    else:
+                        build_post(w, r, base_dirs[w.seed, r.name], post_dirs[w.seed, r.name], w.seed, on_step)
+                    bar.update(step, visible=False)
+                    bar.advance(overall)
+                key = "pre_training_s" if phase == "pre-training" else "post_training_s"
+                timing[key] += time.perf_counter() - clock
+                clock = time.perf_counter()
+        console.print(f"world {w.seed}: the comparison, through softeval's sweep", markup=False, highlight=False)
+        pairs = [(base_dirs[w.seed, r.name], post_dirs[w.seed, r.name]) for r in recipes]
+        result = run_sweep(load_sweep(write_sweep(out, w.seed, task, pairs, {"steps": settings.steps})),
+                           max_parallel=max_parallel, console=console)
+        timing["comparison_s"] += time.perf_counter() - clock
+        if result.failed:
+            raise UserError(f"testbed: {len(result.failed)} run(s) of world seed {w.seed} failed (the sweep table "
+                            f"above names them; logs in {out}/.sweep/logs): fix the cause and run again")
+    runs = load_runs(out, keep_samples=True)[0]
+    scored = [world_scores(runs, w.seed, recipes, {r.name: (base_dirs[w.seed, r.name].name,
+                                                            post_dirs[w.seed, r.name].name) for r in recipes},
+                           notes[w.seed]) for w in worlds]
+    timing = {k: round(v, 1) for k, v in timing.items()} | {"total_s": round(time.perf_counter() - started, 1)}
+    summary = summarize(scored, recipes, notes, {w.seed: w.chance() for w in worlds}, settings.to_json(),
+                        settings.n_boot, timing)
+    path = out / TESTBED_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(path)
+    from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
+
+    # no --pair ranking: compare ranks every pair on every task, and each world's pairs have runs on its own
+    # task only; the testbed section holds the ranking, per world and over worlds
+    report = build_report(out, out / REPORT_FILE)
+    print_summary(table_console(), summary, path)
+    console.print(f"report with the testbed section: {report}", markup=False, highlight=False, soft_wrap=True)
+    return summary
+
+
+def _same_models(settings: dict) -> dict:
+    """What the models and runs of a world depend on: every setting but the list of world seeds (each world
+    is made alone, so `--seeds 0` then `--seeds 0,1,2` in one output root reuses world 0)."""
+    return {k: v for k, v in settings.items() if k != "world_seeds"}
+
+
+def _claim(folder: Path, settings: Settings) -> None:
+    """A testbed folder holds the models of one setting: another setting there is refused, not mixed."""
+    path = folder / SETTINGS_FILE
+    if path.is_file():
+        try:
+            held = json.loads(path.read_text())
+        except ValueError:
+            held = None
+        if not isinstance(held, dict) or _same_models(held) != _same_models(settings.to_json()):
+            raise UserError(f"testbed: {folder.parent} holds a testbed made with other settings ({held}); "
+                            "give another --out, or the same flags as then (--seeds may differ)")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings.to_json()) + "\n")

@@ -1,0 +1,142 @@
+"""From the testbed's finished runs to its answer: the per-item scores of every model (read back from the
+run folders as `softeval compare` reads them), the controls, `testbed.json` and the terminal tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from softeval.analysis.compare import load_item_scores
+from softeval.analysis.ranking_stats import ItemScores
+from softeval.errors import UserError
+from softeval.metrics import wilson
+from softeval.store.format import Run
+from softeval.testbed.recipes import FORMAT_LITTLE, NEVER_SAW, Recipe
+from softeval.testbed.stats import TARGETS, TRUTHS, WorldScores, method_correlations
+from softeval.testbed.sweepfile import POST_METHODS, base_methods
+
+POST = "post-trained " + POST_METHODS[0]  # the partner's score as tables name it
+TESTBED_VERSION = 1
+
+
+def world_scores(runs: list[Run], seed: int, recipes: tuple[Recipe, ...], names: dict[str, tuple[str, str]],
+                 notes: dict[str, dict]) -> WorldScores:
+    """``names``: recipe -> (base folder name, post folder name); ``notes``: recipe -> the base model's note."""
+    by_key = {(r.model_folder, r.method): r for r in runs}
+
+    def items(folder: str, method: str) -> ItemScores:
+        run = by_key.get((folder, method))
+        if run is None:
+            raise UserError(f"testbed: no finished {method} run of {folder}: run the same command again "
+                            "to finish it (finished models and runs are kept)")
+        return load_item_scores([run], "accuracy")
+
+    base = {m: [items(names[r.name][0], m) for r in recipes] for m in base_methods()}
+    post = [items(names[r.name][1], POST_METHODS[0]) for r in recipes]
+    truth = {t: [ItemScores(notes[r.name]["ids"], np.array(notes[r.name]["truth"][t], dtype=float),
+                            np.ones(len(notes[r.name]["ids"]))) for r in recipes] for t in TRUTHS}
+    return WorldScores(seed, [r.name for r in recipes], base, post, truth)
+
+
+def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dict[int, float]) -> list[dict]:
+    """Each control recipe, per world, with whether it held (docs/knowledge.md, "The ranking claim on a world
+    with known answers")."""
+    out = []
+    for recipe in recipes:
+        if recipe.control is None:
+            continue
+        k = recipes.index(recipe)
+        held, details = True, []
+        for w in worlds:
+            if recipe.control == NEVER_SAW:
+                for label, s in [*((m, w.base[m][k]) for m in w.base), (POST, w.post[k])]:
+                    low, _ = wilson(int(s.num.sum()), len(s.ids))
+                    above = low is not None and low > chance[w.seed]
+                    held &= not above
+                    details.append(f"world {w.seed} {label}: {s.score():.3f}"
+                                   + (f" ABOVE CHANCE {chance[w.seed]:.3f}" if above else ""))
+            elif recipe.control == FORMAT_LITTLE:
+                scores = [s.score() for s in w.base["soft-prompt"]] if "soft-prompt" in w.base else []
+                if not scores:
+                    continue
+                mine = scores[k]
+                rank = 1 + sum(s > mine for s in scores) + 0.5 * sum(s == mine for s in scores[:k] + scores[k + 1:])
+                high = rank < (len(scores) + 1) / 2
+                held &= not high
+                details.append(f"world {w.seed}: soft-prompt {mine:.3f}, rank {rank:g} of {len(scores)}"
+                               + (" (ranked high)" if high else ""))
+        rule = ("every method's accuracy not above chance (Wilson lower bound <= the majority-value rate)"
+                if recipe.control == NEVER_SAW else "not ranked in the upper half by the soft prompt")
+        out.append({"control": recipe.control, "recipe": recipe.name, "rule": rule, "held": held,
+                    "details": details})
+    return out
+
+
+def summarize(worlds: list[WorldScores], recipes: tuple[Recipe, ...], notes: dict[int, dict[str, dict]],
+              chance: dict[int, float], settings: dict, n_boot: int, timing: dict) -> dict:
+    """testbed.json's content."""
+    methods = {m: method_correlations(worlds, m, n_boot) for m in base_methods()}
+    per_recipe = {}
+    for k, recipe in enumerate(recipes):
+        scores = {m: _mean([w.base[m][k].score() for w in worlds]) for m in base_methods()}
+        scores[POST] = _mean([w.post[k].score() for w in worlds])
+        truth = {t: _mean([notes[w.seed][recipe.name][t] for w in worlds])
+                 for t in (("seen_share", "cloze"))}
+        per_recipe[recipe.name] = {"recipe": recipe.to_json(), "truth": truth, "scores": scores,
+                                   "per_world": {str(w.seed): {
+                                       "seen_share": notes[w.seed][recipe.name]["seen_share"],
+                                       "cloze": notes[w.seed][recipe.name]["cloze"],
+                                       "scores": {**{m: round(w.base[m][k].score(), 4) for m in w.base},
+                                                  POST: round(w.post[k].score(), 4)}} for w in worlds}}
+    return {"testbed_version": TESTBED_VERSION, "settings": settings, "world_seeds": [w.seed for w in worlds],
+            "metric": "accuracy", "n_boot": n_boot, "confidence": 0.95,
+            "targets": {"post": f"the partners' scores ({POST})", "seen": "share of scored facts trained on",
+                        "cloze": "the base model's cloze score on the scored facts"},
+            "methods": methods, "recipes": per_recipe, "chance": chance and _mean(list(chance.values())),
+            "controls": controls(worlds, recipes, chance), "timing": timing}
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return round(float(np.mean(finite)), 4) if finite else None
+
+
+def _tau(cell: dict) -> str:
+    if cell["kendall_tau"] is None:
+        return "-"
+    text = f"{cell['kendall_tau']:+.2f}"
+    for key in ("tau_ci_items", "tau_ci_world_seeds"):
+        if cell[key]:
+            text += f" [{cell[key][0]:+.2f}, {cell[key][1]:+.2f}]"
+    return text
+
+
+def print_summary(console: Console, summary: dict, path: Path) -> None:
+    seeds = summary["world_seeds"]
+    table = Table(title=f"Kendall tau per method, mean over world seeds {seeds}: [interval over items] "
+                        "[interval over world seeds]")
+    table.add_column("method (base models)")
+    for t in TARGETS:
+        table.add_column({"post": "vs post-trained", "seen": "vs facts trained on", "cloze": "vs cloze"}[t])
+    for method, cells in summary["methods"].items():
+        table.add_row(method, *(_tau(cells[t]) for t in TARGETS))
+    console.print(table)
+    recipes = Table(title="per recipe: ground truth and accuracy, mean over world seeds")
+    first = next(iter(summary["recipes"].values()))
+    for col in ["recipe", "trained on", "cloze", *first["scores"]]:
+        recipes.add_column(col, justify="left" if col == "recipe" else "right")
+    for name, row in summary["recipes"].items():
+        recipes.add_row(name, *(_num(v) for v in (row["truth"]["seen_share"], row["truth"]["cloze"])),
+                        *(_num(v) for v in row["scores"].values()))
+    console.print(recipes)
+    for c in summary["controls"]:
+        console.print(f"control {c['recipe']} ({c['rule']}): {'held' if c['held'] else 'DID NOT HOLD'}; "
+                      + "; ".join(c["details"]), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.2f}"

@@ -1,0 +1,38 @@
+"""The comparison as an ordinary sweep file, one per world seed, written into the output root: every base
+model with every method softeval knows (protocol.METHODS), every post-trained partner zero-shot, all on
+that world's QA task file. `softeval sweep FILE` runs it by hand just as the testbed does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from softeval.protocol import BASE, METHODS, POST_TRAINED
+from softeval.store.format import TESTBED_SWEEP
+
+POST_METHODS = ("zero-shot",)
+
+
+def base_methods() -> tuple[str, ...]:
+    """The methods a base model is scored with: every method of the run layer (a new one joins here)."""
+    return METHODS
+
+
+def write_sweep(root: Path, world_seed: int, task_file: Path, pairs: list[tuple[Path, Path]],
+                options: dict) -> Path:
+    """``pairs``: (base folder, post-trained folder). Paths are written relative to ``root``, where the
+    file lies (a sweep file's paths are relative to its folder). JSON is YAML: the file is JSON text."""
+    models = []
+    for base, post in pairs:
+        models.append({"name": str(base.relative_to(root)), "kind": BASE,
+                       "post_trained": str(post.relative_to(root)), "methods": list(base_methods()),
+                       "resources": {"cpus": 1}})
+        models.append({"name": str(post.relative_to(root)), "kind": POST_TRAINED, "methods": list(POST_METHODS),
+                       "resources": {"cpus": 1}})
+    spec = {"out": ".", "models": models, "tasks": [str(task_file.relative_to(root))], "seeds": [0], **options}
+    path = root / TESTBED_SWEEP.format(seed=world_seed)
+    text = "# written by `softeval testbed` (`softeval sweep` runs it too)\n" + json.dumps(spec, indent=1)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,54 @@
+"""The testbed's statistics and controls on planted per-item scores (no model, no run folder)."""
+
+import pytest
+from scipy import stats
+from testbedworlds import RECIPES, TRUE, world
+
+from softeval.testbed.recipes import FORMAT_LITTLE, NEVER_SAW
+from softeval.testbed.stats import method_correlations
+from softeval.testbed.summary import controls
+
+
+def test_a_method_that_ranks_as_the_partners_gets_tau_one_and_a_reversed_one_minus_one():
+    worlds = [world(s, {"zero-shot": TRUE, "soft-prompt": TRUE[::-1]}, TRUE, TRUE) for s in (0, 1, 2)]
+    same = method_correlations(worlds, "zero-shot", n_boot=200)
+    flipped = method_correlations(worlds, "soft-prompt", n_boot=200)
+    for target in ("post", "seen", "cloze"):
+        assert same[target]["kendall_tau"] > 0.6 and flipped[target]["kendall_tau"] < -0.6
+        lo, hi = same[target]["tau_ci_items"]
+        assert lo <= same[target]["kendall_tau"] <= hi
+        assert same[target]["tau_ci_world_seeds"] is not None
+    assert len(same["post"]["tau_per_world"]) == 3
+
+
+def test_tau_is_scipys_on_the_items_as_scored():
+    w = world(0, {"zero-shot": [0.8, 0.3, 0.5, 0.1, 0.2]}, TRUE, TRUE)
+    got = method_correlations([w], "zero-shot", n_boot=50)
+    x = [s.score() for s in w.base["zero-shot"]]
+    y = [s.score() for s in w.post]
+    assert got["post"]["kendall_tau"] == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-4)
+    assert got["post"]["spearman_rho"] == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-4)
+    assert got["post"]["tau_ci_world_seeds"] is None  # one world: no interval over world seeds
+
+
+def test_tied_scores_give_no_tau_rather_than_a_number():
+    w = world(0, {"zero-shot": [0.0] * 5}, TRUE, TRUE)
+    assert method_correlations([w], "zero-shot", n_boot=50)["post"]["kendall_tau"] is None
+
+
+def test_the_never_saw_control_fails_loudly_above_chance_and_holds_at_chance():
+    at_chance = world(0, {"zero-shot": [0.9, 0.7, 0.5, 0.2, 0.0], "soft-prompt": [0.9, 0.7, 0.5, 0.2, 0.02]},
+                      TRUE, TRUE)
+    above = world(0, {"zero-shot": TRUE, "soft-prompt": [0.9, 0.7, 0.5, 0.2, 0.6]}, TRUE, TRUE)
+    never = {c["control"]: c for c in controls([at_chance], RECIPES, {0: 0.05})}[NEVER_SAW]
+    assert never["held"]
+    never = {c["control"]: c for c in controls([above], RECIPES, {0: 0.05})}[NEVER_SAW]
+    assert not never["held"] and any("ABOVE CHANCE" in d for d in never["details"])
+
+
+def test_the_format_control_fails_when_the_soft_prompt_ranks_it_high():
+    low = world(0, {"soft-prompt": [0.9, 0.7, 0.5, 0.2, 0.0]}, TRUE, TRUE)
+    high = world(0, {"soft-prompt": [0.9, 0.3, 0.2, 0.8, 0.0]}, TRUE, TRUE)
+    assert {c["control"]: c for c in controls([low], RECIPES, {0: 0.05})}[FORMAT_LITTLE]["held"]
+    failed = {c["control"]: c for c in controls([high], RECIPES, {0: 0.05})}[FORMAT_LITTLE]
+    assert not failed["held"] and "ranked high" in failed["details"][0]
