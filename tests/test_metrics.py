@@ -61,10 +61,12 @@ def test_methods_and_metrics_are_one_list_each():
     from softeval.run import config, validate
     from softeval.store import format, index
 
-    for module in (format, validate, config, compare, report, report_plots):
+    for module in (format, validate, compare, report, report_plots):
         assert module.METHODS is protocol.METHODS
+    assert config.DEFAULT_METHODS is protocol.DEFAULT_METHODS  # what runs when no method is named
     for module in (index, report, app):
         assert module.METRICS is protocol.METRICS
     assert compare.POST_METHODS[:-1] == protocol.METHODS
     assert set(compare.PER_ITEM) <= set(protocol.METRICS)
-    assert app.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(protocol.METHODS)
+    assert app.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(
+        protocol.DEFAULT_METHODS)

@@ -18,7 +18,7 @@ from softeval.run.pipeline import run_job
 from softeval.run.tune import TuneConfig, tune
 from softeval.run.validate import check_init
 
-GRAMMAR = 'vocab, random, text:"some words" or from:PATH (a saved soft prompt)'
+GRAMMAR = 'vocab, random, instruction, text:"some words" or from:PATH (a saved soft prompt)'
 
 
 @pytest.mark.parametrize("value", ["zeros", "text:", 'text:""', 7])

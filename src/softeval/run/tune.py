@@ -211,8 +211,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     torch.manual_seed(config.seed)
     if part is None:
         try:
-            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed,
-                                         prompter.task.instruction or "").to(lm.device)
+            instruction = (prompter.task.instruction or "") if prompter is not None else ""
+            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed, instruction).to(lm.device)
         except InitRefused as refused:
             raise init_refusal(refused, name) from None
     params = part.trainable()

@@ -41,11 +41,23 @@ class Settings:
 
 
 def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None = None) -> dict:
+    """``_run_testbed`` with transformers' bars off (the testbed draws its own) and one torch thread (tiny
+    models train fastest so, leaving the other cores to others); both put back after, as they were."""
     import torch
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # the testbed draws its own bars
-    torch.set_num_threads(1)  # tiny models: one thread trains fastest, and leaves the other core to others
+    bars_on, threads = hf_logging.is_progress_bar_enabled(), torch.get_num_threads()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    try:
+        return _run_testbed(out, settings, console, max_parallel)
+    finally:
+        torch.set_num_threads(threads)
+        if bars_on:
+            hf_logging.enable_progress_bar()
+
+
+def _run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None) -> dict:
     folder = out / TESTBED_FOLDER
     _claim(folder, settings)
     recipes = recipe_list(settings.quick, settings.exposure_scale)
