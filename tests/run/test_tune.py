@@ -273,3 +273,16 @@ def test_the_schedule_changes_what_is_tuned(lm):
                                                                lr_schedule=schedule)).soft.weight
             for schedule in ("constant", "linear")}
     assert not torch.equal(soft["constant"], soft["linear"])
+
+
+def test_the_answer_lines_share_reaches_every_steps_loss(lm, monkeypatch):
+    from softeval.run.config import RunConfig
+
+    seen, real = [], tuning_loss.answer_line_weights
+    monkeypatch.setattr(tuning_loss, "answer_line_weights",
+                        lambda tok, targets, share: seen.append(share) or real(tok, targets, share))
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    tune(lm, prompter, task.load().tune, [], TuneConfig(num_tokens=2, steps=3, curve_every=0, answer_share=0.4))
+    assert seen == [0.4] * 3
+    assert TuneConfig.of(RunConfig(model="m", task="t", answer_share=0.3)).answer_share == 0.3

@@ -87,7 +87,7 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from softeval.store.runs import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
 
     config = _toy(tmp_path)
-    every = {f.name for f in fields(RunConfig)} - {"methods", "epochs"} | {"method"}  # epochs: only when given
+    every = {f.name for f in fields(RunConfig)} - {"methods", "epochs", "answer_share"} | {"method"}  # when given
     lora = {"lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"}
     soft = {"lr", "init", "soft_prompt"}
     # and, for tuned runs, the tuning dtype as this machine resolves --tune-dtype
@@ -96,6 +96,9 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     assert set(identity_of(config.options("lora"))) == (every - set(NOT_IDENTITY) - {"shots"} - soft
                                                         | {TUNE_DTYPE_RESOLVED})
     assert "epochs" in identity_of(dataclasses.replace(config, epochs=2.0).options("lora"))
+    shared = dataclasses.replace(config, answer_share=0.5)
+    assert identity_of(shared.options("soft-prompt"))["answer_share"] == 0.5
+    assert "answer_share" not in identity_of(shared.options("zero-shot"))  # untuned methods do not read it
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
     tuning = {"steps", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora

@@ -47,16 +47,18 @@ def tiny_lm(seed: int = 0, kind: str = BASE, bos: bool = True, **kw) -> LoadedMo
     return lm
 
 
-def plain_target_loss(lm, prompts, targets, soft):
+def plain_target_loss(lm, prompts, targets, soft, weights=None):
     """The tuning loss from the model's own logits at every position: the reference that
-    ``tuning_loss.target_loss`` (head only at target positions) must equal."""
+    ``tuning_loss.target_loss`` (head only at target positions) must equal; with ``weights`` (one per
+    target token) the weighted mean."""
     from softeval.lm.softprompt import layout_inputs
 
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
     logp = torch.log_softmax(lm.model(**layout_inputs(lm, seqs, soft)).logits.float(), dim=-1)
     width = logp.shape[1]
     picked = [logp[r, width - 1 - len(t) + k, tok] for r, t in enumerate(targets) for k, tok in enumerate(t)]
-    return -torch.stack(picked).sum() / len(picked)
+    w = torch.tensor([1.0] * len(picked) if weights is None else [x for row in weights for x in row])
+    return -(torch.stack(picked) * w).sum() / w.sum()
 
 
 def format_task(n_tune: int = 64, n_eval: int = 24, name: str = "toyformat"):

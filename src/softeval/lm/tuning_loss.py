@@ -6,6 +6,8 @@ soft prompt.
   tokens, and a big-vocabulary head costs more per position than the rest of a small model.
 - a batch is split into forward passes that fit a memory budget (shortest rows together) whose
   gradients accumulate: the same gradient as one pass, a fraction of the memory.
+- optionally each target token has a weight (``answer_line_weights``): on a reasoning task the answer
+  line ("#### 42") is a few of a target's ~100 tokens, and the plain mean is ruled by the solution.
 """
 
 from __future__ import annotations
@@ -21,26 +23,57 @@ from softeval.lm.memory import tuning_pass_tokens
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import layout_inputs
 
+Weights = Sequence[Sequence[float]]
+
 
 def target_loss(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
-                soft: torch.Tensor) -> torch.Tensor:
+                soft: torch.Tensor, weights: Weights | None = None) -> torch.Tensor:
     """Mean cross-entropy over target tokens only (prompt tokens carry no loss), with gradients
-    flowing to the soft prompt. The vocabulary head runs only at the positions that predict a target
-    token (``target_head``); a model whose head cannot be run apart from its body gets the head on
-    the last max(len(target))+1 positions of every row instead."""
+    flowing to the soft prompt; with ``weights`` (one per target token) the weighted mean. The
+    vocabulary head runs only at the positions that predict a target token (``target_head``); a model
+    whose head cannot be run apart from its body gets the head on the last max(len(target))+1
+    positions of every row instead."""
     seqs = [list(p) + list(t) for p, t in zip(prompts, targets)]
-    n_targets = sum(len(t) for t in targets)
+    flat = [1.0 for t in targets for _ in t] if weights is None else [float(w) for row in weights for w in row]
     head = target_head(lm)
     if head is None:
-        per_token = continuation_logprobs(lm, seqs, targets, soft)
-        return -torch.cat(per_token).sum() / n_targets
+        per_token = torch.cat(continuation_logprobs(lm, seqs, targets, soft))
+        w = torch.tensor(flat, dtype=per_token.dtype, device=per_token.device)
+        return -(per_token * w).sum() / w.sum().clamp_min(1e-30)
     hidden = lm.model.get_decoder()(**layout_inputs(lm, seqs, soft)).last_hidden_state
     width = hidden.shape[1]  # left padded: every row ends at the last position
     rows = torch.cat([torch.full((len(t),), r) for r, t in enumerate(targets)]).to(hidden.device)
     cols = torch.cat([torch.arange(width - 1 - len(t), width - 1) for t in targets]).to(hidden.device)
     logits = head(hidden[rows, cols])
     labels = torch.tensor([tok for t in targets for tok in t], device=logits.device)
-    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_targets
+    w = torch.tensor(flat, device=logits.device)
+    per_token = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
+    return (per_token * w).sum() / w.sum().clamp_min(1e-30)
+
+
+def answer_line_weights(tokenizer, targets: Sequence[list[int]], share: float | None) -> Weights | None:
+    """Token weights that give each target's last line (the answer line: after the last token holding
+    a new line, trailing blank tokens and the end token aside) ``share`` of a batch's loss and the rest
+    of the targets the remainder, each part a mean over its tokens; None (the plain mean) when
+    ``share`` is None or the batch has no answer line apart from the rest (one-line targets)."""
+    if share is None:
+        return None
+    in_line = [_answer_line_mask(tokenizer, t) for t in targets]
+    n_line = sum(sum(m) for m in in_line)
+    n_rest = sum(len(m) - sum(m) for m in in_line)
+    if not n_line or not n_rest:
+        return None
+    return [[share / n_line if m else (1 - share) / n_rest for m in mask] for mask in in_line]
+
+
+def _answer_line_mask(tokenizer, target: list[int]) -> list[bool]:
+    texts = [tokenizer.decode([tok], skip_special_tokens=True) for tok in target]  # the end token: blank
+    end = len(texts)
+    while end and not texts[end - 1].strip():
+        end -= 1
+    breaks = [i for i in range(end) if "\n" in texts[i]]
+    start = breaks[-1] + 1 if breaks else 0
+    return [i >= start for i in range(len(target))]
 
 
 _TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -89,12 +122,13 @@ def _checked_head(lm: LoadedModel):
 
 
 def target_loss_backward(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
-                         soft: torch.Tensor, max_pass_tokens: int | None = None) -> float:
+                         soft: torch.Tensor, max_pass_tokens: int | None = None,
+                         weights: Weights | None = None) -> float:
     """``target_loss(...).backward()`` done in several forward/backward passes that each fit the
     memory budget: gradients accumulate into ``soft.grad`` and equal those of the whole batch at
-    once (each pass is weighted by its share of the batch's target tokens). Returns the loss."""
+    once (each pass is weighted by its share of the batch's target weight). Returns the loss."""
     loss = 0.0
-    for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens):
+    for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens, weights):
         part.backward()
         loss += float(part.detach())
     return loss
@@ -108,11 +142,13 @@ def target_loss_value(lm: LoadedModel, prompts: Sequence[list[int]], targets: Se
     return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens))
 
 
-def _weighted_passes(lm: LoadedModel, prompts, targets, soft, max_pass_tokens):
-    """``target_loss`` of each pass of a batch, weighted by its share of the batch's target tokens
+def _weighted_passes(lm: LoadedModel, prompts, targets, soft, max_pass_tokens, weights=None):
+    """``target_loss`` of each pass of a batch, weighted by its share of the batch's target weight
     (the parts sum to the loss of the whole batch)."""
     budget = max_pass_tokens or tuning_pass_tokens(lm)
-    total = sum(len(t) for t in targets)
+    weights = weights if weights is not None else [[1.0] * len(t) for t in targets]
+    total = sum(map(sum, weights))
     for rows in tuning_passes([len(p) + len(t) for p, t in zip(prompts, targets)], budget):
-        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft)
-        yield part * (sum(len(targets[r]) for r in rows) / total)
+        part = target_loss(lm, [prompts[r] for r in rows], [targets[r] for r in rows], soft,
+                           [weights[r] for r in rows])
+        yield part * (sum(sum(weights[r]) for r in rows) / total)

@@ -136,6 +136,10 @@ class RunConfig:
     lr: float = option(float, 3e-2, "AdamW learning rate (default %(default)s)", where=TUNING)
     lr_schedule: str = option(str, "constant", "constant (the default) or linear: the learning rate falls "
                               "linearly from --lr to 0 over --steps", choices=LR_SCHEDULES, where=TUNING)
+    answer_share: float | None = option(float, None, "the share of the tuning loss given to each target's last "
+                                        "line, the answer line (\"#### 42\"), the rest of the target the remainder, "
+                                        "e.g. 0.5 on reasoning tasks (default: every target token weighs the same)",
+                                        range=(0.01, 0.99), nullable=True, where=TUNING, metavar="SHARE")
     init: str = option(str, "vocab", 'vocab (default), random, instruction (the task\'s own instruction), text:"...", '
                        "or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)",
                        where=TUNING)
@@ -204,8 +208,9 @@ class RunConfig:
         digests = {"task_sha256": task_file_sha256(self.task), "source_sha256": data_file_sha256(self.source)}
         data.update({key: digest for key, digest in digests.items() if digest is not None})
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
-        if self.epochs is None:  # not given: --steps counts, as it did in runs recorded before epochs existed
-            data.pop("epochs")
+        for name in ("epochs", "answer_share"):  # not given: as runs recorded before the option existed ran
+            if data[name] is None:
+                data.pop(name)
         lm_eval = lmeval_identity(self.task, self.include_path)
         if lm_eval is not None:  # an lm-eval task is its YAML's content and lm-eval's version, not its name alone
             data[LM_EVAL] = lm_eval

@@ -45,6 +45,8 @@ class TuneConfig:
     batch_size: int = RunConfig.batch_size
     lr: float = RunConfig.lr
     lr_schedule: str = RunConfig.lr_schedule
+    # the answer line's share of the loss (tuning_loss.answer_line_weights); None: every target token alike
+    answer_share: float | None = RunConfig.answer_share
     weight_decay: float = 0.0
     seed: int = RunConfig.seed
     curve_every: int = RunConfig.curve_every
@@ -258,8 +260,10 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
             group["lr"] = lr_at(config, step)
         part.tuning(tuner.model, True)
         try:
-            loss = tuning_loss.target_loss_backward(tuner, [p for p, _ in batch], [t for _, t in batch], part.soft,
-                                                    config.pass_tokens or None)
+            targets = [t for _, t in batch]
+            loss = tuning_loss.target_loss_backward(
+                tuner, [p for p, _ in batch], targets, part.soft, config.pass_tokens or None,
+                tuning_loss.answer_line_weights(lm.tokenizer, targets, config.answer_share))
         finally:
             part.tuning(tuner.model, False)
         if not math.isfinite(loss):

@@ -65,8 +65,8 @@ NOT_IDENTITY = (
 TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
 MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "epochs", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype",
-                     TUNE_DTYPE_RESOLVED), TUNED_METHODS),
+    **dict.fromkeys(("steps", "epochs", "lr_schedule", "answer_share", "curve_every", "length_group", "early_stop",
+                     "tune_dtype", TUNE_DTYPE_RESOLVED), TUNED_METHODS),
     **dict.fromkeys(("lr", "init", "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
     **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
     "shots": ("few-shot",),
