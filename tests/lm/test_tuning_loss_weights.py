@@ -28,7 +28,7 @@ def test_the_answer_lines_get_their_share_and_the_weights_sum_to_one(rows, share
     assert sum(map(sum, weights)) == pytest.approx(1.0)
     on_line = 0.0
     for text, row in zip(texts, weights):
-        start = text.rstrip().rindex("\n") + 1  # one token a character: the last line and its trailing blanks
+        start = text.rstrip().rindex("\n")  # one token a character: the last line from its new line, and after it
         assert all(w > 0 for w in row)
         on_line += sum(row[start:])
         assert len(set(row[start:])) == 1 and len(set(row[:start])) == 1  # a mean over each part's tokens
@@ -41,7 +41,7 @@ def test_no_answer_line_apart_from_the_rest_is_the_plain_mean():
     assert tuning_loss.answer_line_weights(TOK, [_ids("x\n12"), _ids("7")], 0.5) is not None
     eos = TOK.eos_token_id  # the end token, blank once decoded, belongs to the answer line, not a line of its own
     weights = tuning_loss.answer_line_weights(TOK, [_ids("ab\n#### 4\n") + [eos]], 0.5)
-    assert weights[0][:3] == [0.5 / 3] * 3 and weights[0][3:] == [0.5 / 8] * 8
+    assert weights[0][:2] == [0.5 / 2] * 2 and weights[0][2:] == [0.5 / 9] * 9  # "\n#### 4\n" and the end token
 
 
 def _batch(lm):

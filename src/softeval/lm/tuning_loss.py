@@ -52,8 +52,8 @@ def target_loss(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence
 
 
 def answer_line_weights(tokenizer, targets: Sequence[list[int]], share: float | None) -> Weights | None:
-    """Token weights that give each target's last line (the answer line: after the last token holding
-    a new line, trailing blank tokens and the end token aside) ``share`` of a batch's loss and the rest
+    """Token weights that give each target's last line (the answer line: from the last token holding a
+    new line, trailing blank tokens and the end token aside, to the end) ``share`` of a batch's loss and the rest
     of the targets the remainder, each part a mean over its tokens; None (the plain mean) when
     ``share`` is None or the batch has no answer line apart from the rest (one-line targets)."""
     if share is None:
@@ -72,7 +72,7 @@ def _answer_line_mask(tokenizer, target: list[int]) -> list[bool]:
     while end and not texts[end - 1].strip():
         end -= 1
     breaks = [i for i in range(end) if "\n" in texts[i]]
-    start = breaks[-1] + 1 if breaks else 0
+    start = breaks[-1] if breaks else 0  # the new line itself: where the model writes the answer line or stops
     return [i >= start for i in range(len(target))]
 
 

@@ -14,9 +14,11 @@ from softeval.run.tune import TuneConfig, TuneResult, tune
 
 ADVICE = {  # what to try when the held-out format was never reached, per method
     "soft-prompt": "the soft prompt did not learn the format, so its scores are not format-free; try more --steps, "
-                   "another --lr or --init text:\"<the answer format>\" (docs/design.md, the tuning recipe)",
-    "lora": "the adapter did not learn the format, so its scores are not format-free; try more --steps (or --epochs) "
-            "or another --lora-lr (docs/design.md, train-before-test)",
+                   "another --lr, --init instruction or --init text:\"<the answer format>\", and --answer-share 0.5 "
+                   "where the targets are worked solutions (docs/design.md, the tuning recipe)",
+    "lora": "the adapter did not learn the format, so its scores are not format-free; try more --steps (or --epochs), "
+            "another --lora-lr, and --answer-share 0.5 where the targets are worked solutions (docs/design.md, "
+            "train-before-test)",
 }
 
 
