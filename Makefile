@@ -30,9 +30,8 @@ setup: $(BIN)/softeval
 
 # Main job: the packaged base model on real SQuAD items, where the answer format hides what the model
 # can read off the passage; all three methods, a table and a verdict in words at the end (README).
-# SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw. Tuning in fp32 (--tune-dtype float32):
-# with bf16 tuning (auto on a CPU with AMX) seed 0 lost its verdict (BENCHMARKS.md, "bf16 tuning"), so the job
-# keeps the tuning its README verdicts were measured with until paired seeds decide.
+# SEED=1 / SEED=2: the same job with another tuning seed and few-shot draw. Tuning in fp32 (--tune-dtype float32,
+# what auto now resolves to on CPU): with bf16 tuning seeds 0-2 all lost their verdict (BENCHMARKS.md, "bf16 tuning").
 SEED ?= 0
 run: setup
 	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED) --tune-dtype float32

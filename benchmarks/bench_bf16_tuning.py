@@ -139,7 +139,7 @@ def main(argv=None) -> None:
     parser.add_argument("--curve-items", type=int, default=8)
     parser.add_argument("--json-out")
     args = parser.parse_args(argv)
-    result = {"threads": torch.get_num_threads(), "cpu_bf16": precision.cpu_bf16(),
+    result = {"threads": torch.get_num_threads(), "cpu_bf16": precision.native_bf16(torch.device("cpu")),
               "cpu_flags": sorted(precision.cpu_flags() & {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "steps": [], "scores": []}
     for model in args.models:

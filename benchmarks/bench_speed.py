@@ -17,7 +17,7 @@ tokenization and batching but not its task set-up or metric code (which favours 
 softeval = ``tuning_loss.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
 prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens; both on the
-weights ``softeval run`` tunes on (``--tune-dtype auto``: a bf16 copy where the device computes bf16 natively),
+weights ``softeval run`` tunes on (``--tune-dtype auto``: the model as loaded, in the run's dtype),
 and ``tune_mfu`` is against the matmul peak of that dtype.
 
 The tuning, generation and log-likelihood sections and the timing they share are in ``bench_speed_peers.py``

@@ -133,7 +133,7 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
 
     soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
     opt = torch.optim.AdamW([soft.weight], lr=3e-2)
-    # what `softeval run` tunes on (--tune-dtype auto): the bf16 copy where the device computes bf16; PEFT gets
+    # what `softeval run` tunes on (--tune-dtype auto): the model in the run's dtype; PEFT gets
     # the same weights, so the comparison is of the two tuning loops in one dtype
     tuner = precision.for_tuning(lm, "auto")
 

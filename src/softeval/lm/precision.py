@@ -1,14 +1,16 @@
 """The dtype tuning computes in (``--tune-dtype``), and the copy of the frozen model that computes in it.
 
-Tuning is compute-bound (matmuls are most of a step). Where the device multiplies bf16 fast (CUDA
-with bf16; CPUs with AMX) a bf16 forward and backward is several times faster than fp32, so ``auto``
-tunes in bf16 there and in the run's dtype elsewhere: on a CPU without bf16 arithmetic PyTorch converts
-every product, and bf16 is far slower than fp32 (BENCHMARKS.md, "bf16 on CPU"); on a CPU with
-AVX512-BF16 but no AMX, bf16 products measured 1.8-3.4x slower than fp32 on one host (an Intel Xeon of
-2026-12-01) and faster on another (an AMD EPYC, issue 42): not a safe default, so ``auto`` keeps the
-run's dtype there and ``--tune-dtype bfloat16`` asks for it. The capability is probed, never guessed
-from the device's name: torch's own AMX probe (``torch.cpu._is_amx_tile_supported``) where this torch
-has it, else the processor's ``amx_bf16`` flag in /proc/cpuinfo.
+``auto`` (the default) tunes in the dtype the run scores in (``--dtype``, the model as loaded): a soft prompt
+tuned against bf16 activations and scored in fp32 scored worse. Measured on the main job (gemma-3-270m,
+SQuAD, 40 items, 20 steps of 4) on one idle AMX host, seeds 0-2 side by side: the soft prompt's accuracy
+0.20, 0.20, 0.20 after bf16 tuning against 0.28, 0.28, 0.38 after fp32 tuning, and the verdict
+"the format was hiding knowledge" (p 0.0078, 0.0078, 0.0018) lost in all three (p 0.12, 0.062, 0.12;
+BENCHMARKS.md "bf16 tuning"). ``--tune-dtype bfloat16`` still asks for bf16 tuning on an fp32 model, a
+speed-up where the device multiplies bf16 fast (CUDA with bf16; CPUs with AMX: tuning 1.6-1.8x faster
+there): its scores are then those of another recipe, and the run's identity says so. On a CPU without
+bf16 arithmetic bf16 is far slower than fp32 (BENCHMARKS.md, "bf16 on CPU"); ``native_bf16`` says which
+device computes it natively (torch's own AMX probe, else the processor's ``amx_bf16`` flag, never the
+device's name), which ``make bench-bf16`` records beside its step times.
 
 Only tuning's forward and backward change dtype. The soft prompt, its gradient and AdamW's state stay
 fp32 (the soft prompt is cast where it is injected, and its gradient flows back through the cast), and
@@ -19,9 +21,8 @@ How: a copy of the frozen weights in the tuning dtype, made when tuning starts a
 ends, not autocast. Measured on SmolLM2-135M on an AMX host (BENCHMARKS.md, "bf16 tuning"): autocast
 casts every weight again at every forward (and keeps its copies for the backward), and ran a step no
 faster than fp32 (1.02x), the bf16 copy 2.4x faster. The copy costs memory: half the fp32 weights
-while tuning runs (a 7B fp32 model: 14 GB more). Where that does not fit, ``--tune-dtype float32``
-tunes on the loaded weights; a model loaded in bf16 (CUDA's default) tunes on its own weights in
-bf16, with no copy.
+while tuning runs (a 7B fp32 model: 14 GB more). A model loaded in bf16 (CUDA's default) tunes on its
+own weights in bf16, with no copy.
 """
 
 from __future__ import annotations
@@ -85,13 +86,14 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def tuning_dtype(choice: str, run_dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """The dtype tuning computes in: ``float32`` / ``bfloat16`` as named; ``auto``: bf16 where the device
-    computes it natively, else the run's dtype (the model as loaded)."""
+    """The dtype tuning computes in: ``float32`` / ``bfloat16`` as named; ``auto``: the run's dtype (the
+    model as loaded, what scoring computes in), whatever the device (``device`` is kept for callers that
+    resolve per device)."""
     if choice in NAMED:
         return NAMED[choice]
     if choice != "auto":
         raise ValueError(f"unknown tuning dtype {choice!r}: use {', '.join(TUNE_DTYPES)}")
-    return torch.bfloat16 if native_bf16(device) else run_dtype
+    return run_dtype
 
 
 def for_tuning(lm: LoadedModel, choice: str) -> LoadedModel:

@@ -150,10 +150,11 @@ class RunConfig:
                               range=(0, 1_000_000), where=TUNING)
     length_group: int = option(int, 1, "regroup each window of this many tuning batches by length, less padding "
                                "(default 1: off)", range=(1, 1_000_000), where=TUNING)
-    tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: bfloat16 "
-                             "where the device computes it fast, CUDA with bf16 or a CPU with AMX (not AVX512-BF16 "
-                             "alone), else the model's --dtype), float32 or bfloat16; the soft prompt and its "
-                             "optimizer stay float32, scoring keeps --dtype", choices=TUNE_DTYPES, where=TUNING)
+    tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: the "
+                             "model's --dtype, what scoring computes in), float32 or bfloat16 (faster on CUDA or a "
+                             "CPU with AMX, but bf16-tuned soft prompts scored worse in fp32: docs/design.md); the "
+                             "soft prompt and its optimizer stay float32, scoring keeps --dtype", choices=TUNE_DTYPES,
+                             where=TUNING)
     # stop tuning once the held-out slice follows the format and its loss and format plateau (tune.plateau)
     early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice follows the "
                               "format (format_rate >= 0.9) and its loss and format_rate have plateaued; the step "
