@@ -85,10 +85,9 @@ def native_bf16(device: torch.device) -> bool:
     return False
 
 
-def tuning_dtype(choice: str, run_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+def tuning_dtype(choice: str, run_dtype: torch.dtype) -> torch.dtype:
     """The dtype tuning computes in: ``float32`` / ``bfloat16`` as named; ``auto``: the run's dtype (the
-    model as loaded, what scoring computes in), whatever the device (``device`` is kept for callers that
-    resolve per device)."""
+    model as loaded, what scoring computes in), whatever the device."""
     if choice in NAMED:
         return NAMED[choice]
     if choice != "auto":
@@ -98,7 +97,7 @@ def tuning_dtype(choice: str, run_dtype: torch.dtype, device: torch.device) -> t
 
 def for_tuning(lm: LoadedModel, choice: str) -> LoadedModel:
     """The model tuning computes with for ``--tune-dtype choice``: ``lm`` or its copy in the tuning dtype."""
-    return tuning_model(lm, tuning_dtype(choice, model_dtype(lm), lm.device))
+    return tuning_model(lm, tuning_dtype(choice, model_dtype(lm)))
 
 
 def model_dtype(lm: LoadedModel) -> torch.dtype:

@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.lora import LORA_TARGETS
@@ -222,11 +220,9 @@ class RunConfig:
 
 def resolved_tune_dtype(config: RunConfig) -> str:
     """The dtype tuning computes in for ``config`` on this machine (``--tune-dtype`` resolved: ``auto`` is
-    bf16 where the device computes it fast, else the run's ``--dtype`` as the model loads in it), without
-    loading the model; what tuning then uses (``TuneConfig.of``)."""
-    device = pick_device(config.device)
-    run_dtype = pick_dtype(config.dtype, device)
-    return dtype_name(tuning_dtype(config.tune_dtype, run_dtype, torch.device(device)))
+    the run's ``--dtype`` as the model loads in it on this machine's device), without loading the model;
+    what tuning then uses (``TuneConfig.of``)."""
+    return dtype_name(tuning_dtype(config.tune_dtype, pick_dtype(config.dtype, pick_device(config.device))))
 
 
 # The option table, in the order the command line lists the flags.
