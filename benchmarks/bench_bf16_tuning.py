@@ -40,17 +40,24 @@ from softeval.run.tune import batches  # noqa: E402
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def matmul_rates(m: int, k: int, n: int, rounds: int = 3, reps: int = 5) -> dict[str, list[float]]:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_rates(m: int, k: int, n: int, rounds: int = 3, reps: int = 5, device: str = "cpu") -> dict[str, list[float]]:
     """GFLOP/s of an (m x k) @ (k x n) product in fp32 and bf16, interleaved ``rounds`` times (best of ``reps``)."""
     out: dict[str, list[float]] = {name: [] for name in DTYPES}
     for _ in range(rounds):
         for name, dtype in DTYPES.items():
-            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
             torch.matmul(a, b)
             best = float("inf")
             for _ in range(reps):
+                _sync(device)
                 t0 = time.perf_counter()
                 torch.matmul(a, b)
+                _sync(device)
                 best = min(best, time.perf_counter() - t0)
             out[name].append(round(2.0 * m * k * n / best / 1e9, 1))
     return out
@@ -63,6 +70,7 @@ def step_times(lm, job: Job, steps: int, batch_size: int, seed: int) -> dict:
     pairs = {i: (job.prompter.ids(job.train[i], "soft-prompt"), job.prompter.target_ids(job.train[i]))
              for b in plan for i in b}
     init = lm.model.get_input_embeddings().weight[:10].detach().float().clone()
+    device = str(init.device)
     sides = {}
     for name in copies:
         soft = torch.nn.Parameter(init.clone())
@@ -71,10 +79,12 @@ def step_times(lm, job: Job, steps: int, batch_size: int, seed: int) -> dict:
     def step(name: str, batch: list[int]) -> float:
         soft, opt = sides[name]
         opt.zero_grad(set_to_none=True)
+        _sync(device)
         t0 = time.perf_counter()
         tuning_loss.target_loss_backward(copies[name], [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
                                          soft)
         opt.step()
+        _sync(device)
         return time.perf_counter() - t0
 
     for name in copies:  # warm-up (oneDNN primitives, the head check of each copy)
@@ -98,7 +108,7 @@ def step_times(lm, job: Job, steps: int, batch_size: int, seed: int) -> dict:
 
 
 def paired_scores(model: str, task: str, seeds: list[int], limit: int, steps: int, batch_size: int,
-                  curve_items: int, out: Path) -> list[dict]:
+                  curve_items: int, out: Path, device: str = "cpu", eval_batch_size: int = 16) -> list[dict]:
     """A soft-prompt run per tuning dtype and seed; per seed, the bf16 run against the fp32 one."""
     rows = []
     for seed in seeds:
@@ -106,7 +116,7 @@ def paired_scores(model: str, task: str, seeds: list[int], limit: int, steps: in
         for name in DTYPES:
             cfg = RunConfig(model=model, task=task, methods=("soft-prompt",), limit=limit, steps=steps,
                             batch_size=batch_size, curve_items=curve_items, seed=seed, tune_dtype=name,
-                            out=str(out / name))
+                            device=device, dtype="float32", eval_batch_size=eval_batch_size, out=str(out / name))
             result = run_job(cfg, console=Console(file=io.StringIO()))[0]
             folder = out / name / model.replace("/", "--") / task / "soft-prompt" / f"seed{seed}"
             samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
@@ -137,17 +147,22 @@ def main(argv=None) -> None:
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--score-steps", type=int, default=20)
     parser.add_argument("--curve-items", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where the model runs; scoring in fp32")
+    parser.add_argument("--eval-batch-size", type=int, default=16, help="scoring batch of the paired runs")
     parser.add_argument("--json-out")
     args = parser.parse_args(argv)
     result = {"threads": torch.get_num_threads(), "cpu_bf16": precision.native_bf16(torch.device("cpu")),
               "cpu_flags": sorted(precision.cpu_flags() & {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "steps": [], "scores": []}
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": args.device,
+              "cuda": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
+              "cuda_bf16": precision.native_bf16(torch.device(args.device)) if args.device.startswith("cuda") else None,
+              "steps": [], "scores": []}
     for model in args.models:
-        lm = load_model(model, device="cpu", dtype="float32")
+        lm = load_model(model, device=args.device, dtype="float32")
         cfg = getattr(lm.model.config, "text_config", lm.model.config)
         m = 1536
         result.setdefault("matmul_gflops", {})[f"{m}x{cfg.hidden_size}x{cfg.intermediate_size}"] = matmul_rates(
-            m, cfg.hidden_size, cfg.intermediate_size)
+            m, cfg.hidden_size, cfg.intermediate_size, device=args.device)
         print(json.dumps(result["matmul_gflops"]), flush=True)
         for task in args.tasks:
             job = Job(RunConfig(model=model, task=task, methods=("soft-prompt",), batch_size=args.batch_size),
@@ -161,7 +176,8 @@ def main(argv=None) -> None:
             with tempfile.TemporaryDirectory() as out:
                 for task in args.tasks:
                     result["scores"] += paired_scores(model, task, args.seeds, args.limit, args.score_steps,
-                                                      args.batch_size, args.curve_items, Path(out))
+                                                      args.batch_size, args.curve_items, Path(out), args.device,
+                                                      args.eval_batch_size)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
 

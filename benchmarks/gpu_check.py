@@ -79,6 +79,7 @@ from gpu_check_vllm import section_vllm  # noqa: E402  (benchmarks/gpu_check_vll
 from perf import Shape, matmul_peak, scoring_flops, tuning_step_flops  # noqa: E402  (benchmarks/perf.py)
 
 from softeval.lm import generation, loglik, memory, tuning_loss  # noqa: E402
+from softeval.lm.models import steady_attention_kernels  # noqa: E402
 from softeval.lm.softprompt import layout_inputs  # noqa: E402
 
 # ---- sections --------------------------------------------------------------------------------
@@ -268,6 +269,7 @@ def main(argv=None) -> int:
     sections = [s for s in args.only.split(",") if s] or ["peak", "agree", "llama_1b", "llama_8b", "vllm"]
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 comparisons and the fp32 peak are true fp32
     torch.backends.cudnn.allow_tf32 = False
+    steady_attention_kernels(str(device))  # as load_model does: the attention kernels softeval runs with
     torch.manual_seed(0)
     started = time.time()
     result: dict = {"device": str(device), "dtype": args.dtype, "tiny": args.tiny, "torch": torch.__version__,

@@ -87,3 +87,20 @@ def test_transformers_4_is_told_that_the_gemma_tokenizer_differs(tmp_path, monke
         assert models._load_preset(models.PRESETS[name], None, None) == ("model", "tokenizer")
     err = capsys.readouterr().err
     assert err.count("transformers 4 rebuilds") == 1 and "gemma-3-270m" in err
+
+
+def test_cuda_runs_leave_cudnn_out_of_attention_and_cpu_runs_change_nothing():
+    import torch
+
+    from softeval.lm.models import steady_attention_kernels
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        steady_attention_kernels("cpu")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        steady_attention_kernels("cuda:1")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

@@ -76,6 +76,18 @@ def pick_device(device: str) -> str:
     return device
 
 
+def steady_attention_kernels(device: str) -> None:
+    """On CUDA, leave cuDNN out of PyTorch's attention (SDPA) backends, for the whole process.
+
+    In bf16 on an H200 (torch 2.11), SDPA picks cuDNN's fused attention, which builds a kernel plan for every
+    new shape: 1.5-3.6 s the first time a tuning batch's length is seen, 0.12 s once seen, and tuning and
+    scoring batches have ragged lengths, so most steps are new. Without cuDNN (flash and memory-efficient
+    attention stay) the first step of a shape costs what the next does, and a seen shape no more than
+    with cuDNN (BENCHMARKS.md, "Attention kernels on CUDA"). Elsewhere nothing is changed."""
+    if str(device).startswith("cuda"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def pick_dtype(dtype: str, device: str) -> torch.dtype:
     if dtype == "auto":
         if device.startswith("cuda"):
@@ -202,6 +214,7 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
     """Load ``name`` (preset, local folder, .gguf file or hub id), frozen and in eval mode."""
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
+    steady_attention_kernels(device)
     device_map = "auto" if device == "cuda" and torch.cuda.device_count() > 1 else None
     started = time.time()
     preset = PRESETS.get(name)
