@@ -286,3 +286,24 @@ def test_the_answer_lines_share_reaches_every_steps_loss(lm, monkeypatch):
     tune(lm, prompter, task.load().tune, [], TuneConfig(num_tokens=2, steps=3, curve_every=0, answer_share=0.4))
     assert seen == [0.4] * 3
     assert TuneConfig.of(RunConfig(model="m", task="t", answer_share=0.3)).answer_share == 0.3
+
+
+def test_with_an_answer_share_the_held_out_loss_is_the_weighted_one_tuning_minimises(lm):
+    """Early stop watches the loss that is tuned: with --answer-share the curve's held-out loss is the
+    answer-line-weighted loss of the held-out targets; without it, the plain mean as before."""
+    from softeval.run.tune import curve_point
+
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune[:4]
+    lines = [" step a\nstep b\n#### 4", " so\n#### 12\n", " 9 then 1\n#### 9", " one\n#### 1"]
+    by_id = {e.id: lm.tokenizer(t, add_special_tokens=False).input_ids for e, t in zip(items, lines)}
+    prompter.target_ids = lambda e, method="soft-prompt": by_id[e.id]
+    prompts, targets = [prompter.ids(e, "soft-prompt") for e in items], [by_id[e.id] for e in items]
+    soft = torch.randn(3, lm.model.get_input_embeddings().weight.shape[1]) * 0.05
+    weighted = curve_point(lm, prompter, items, soft, 2, held_out_loss=True, answer_share=0.8)["held_out_loss"]
+    plain = curve_point(lm, prompter, items, soft, 2, held_out_loss=True)["held_out_loss"]
+    weights = tuning_loss.answer_line_weights(lm.tokenizer, targets, 0.8)
+    assert weighted == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft, weights)), rel=1e-5)
+    assert plain == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft)), rel=1e-5)
+    assert weighted != pytest.approx(plain, rel=1e-3)

@@ -136,10 +136,11 @@ def target_loss_backward(lm: LoadedModel, prompts: Sequence[list[int]], targets:
 
 @torch.no_grad()
 def target_loss_value(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
-                      soft: torch.Tensor | None, max_pass_tokens: int | None = None) -> float:
-    """The mean target cross-entropy of ``target_loss`` without gradients, in passes that fit memory
+                      soft: torch.Tensor | None, max_pass_tokens: int | None = None,
+                      weights: Weights | None = None) -> float:
+    """``target_loss`` (weighted by ``weights`` where given) without gradients, in passes that fit memory
     (the held-out loss of a tuning curve point)."""
-    return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens))
+    return sum(float(part) for part in _weighted_passes(lm, prompts, targets, soft, max_pass_tokens, weights))
 
 
 def _weighted_passes(lm: LoadedModel, prompts, targets, soft, max_pass_tokens, weights=None):

@@ -182,16 +182,23 @@ CURVE_MAX_PADDING = 1.25
 
 
 def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Tensor | None, batch_size: int,
-                held_out_loss: bool = False, method: str = "soft-prompt") -> dict:
+                held_out_loss: bool = False, method: str = "soft-prompt", answer_share: float | None = None) -> dict:
+    """Format and accuracy of the held-out slice; with ``held_out_loss`` also its loss, the one tuning
+    minimises: the mean target cross-entropy read off the generation's own prefill, or, where
+    ``answer_share`` weighs the answer lines, the weighted loss in a pass of its own."""
     task = prompter.task
     prompts = [prompter.ids(e, method) for e in items]
     targets = [prompter.target_ids(e, method) for e in items] if held_out_loss else None
+    weights = targets and tuning_loss.answer_line_weights(lm.tokenizer, targets, answer_share)
     gen = generation.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                              batch_size=batch_size, targets=targets, max_padding=CURVE_MAX_PADDING)
+                              batch_size=batch_size, targets=None if weights else targets,
+                              max_padding=CURVE_MAX_PADDING)
     scored = [score_output(task, e, o) for e, o in zip(items, gen.texts)]
     point = {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
              "accuracy": sum(s["correct"] for s in scored) / len(scored)}
-    if targets is not None:  # the mean target cross-entropy (tuning_loss.target_loss_value), from the same prefill
+    if weights:
+        point["held_out_loss"] = tuning_loss.target_loss_value(lm, prompts, targets, soft, weights=weights)
+    elif targets is not None:  # the mean target cross-entropy (tuning_loss.target_loss_value), from the same prefill
         point["held_out_loss"] = sum(gen.target_nll) / max(1, sum(map(len, targets)))
     return point
 
@@ -233,7 +240,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
 
     def scored() -> dict:
         return curve_point(lm, prompter, curve_items, _detached(part.soft), config.eval_batch_size, config.early_stop,
-                           part.method)
+                           part.method, config.answer_share)
 
     curve: list[dict] = []
     step, last_loss, stopped, early = 0, None, None, None
