@@ -12,6 +12,7 @@ soft prompt.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -58,7 +59,7 @@ def answer_line_weights(tokenizer, targets: Sequence[list[int]], share: float | 
     ``share`` is None or the batch has no answer line apart from the rest (one-line targets)."""
     if share is None:
         return None
-    in_line = [_answer_line_mask(tokenizer, t) for t in targets]
+    in_line = [_answer_line_mask(tokenizer, tuple(t)) for t in targets]
     n_line = sum(sum(m) for m in in_line)
     n_rest = sum(len(m) - sum(m) for m in in_line)
     if not n_line or not n_rest:
@@ -66,14 +67,15 @@ def answer_line_weights(tokenizer, targets: Sequence[list[int]], share: float | 
     return [[share / n_line if m else (1 - share) / n_rest for m in mask] for mask in in_line]
 
 
-def _answer_line_mask(tokenizer, target: list[int]) -> list[bool]:
+@functools.lru_cache(maxsize=65_536)  # a tuning sees the same targets epoch after epoch: decode each once
+def _answer_line_mask(tokenizer, target: tuple[int, ...]) -> tuple[bool, ...]:
     texts = [tokenizer.decode([tok], skip_special_tokens=True) for tok in target]  # the end token: blank
     end = len(texts)
     while end and not texts[end - 1].strip():
         end -= 1
     breaks = [i for i in range(end) if "\n" in texts[i]]
     start = breaks[-1] if breaks else 0  # the new line itself: where the model writes the answer line or stops
-    return [i >= start for i in range(len(target))]
+    return tuple(i >= start for i in range(len(target)))
 
 
 _TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
