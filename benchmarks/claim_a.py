@@ -79,7 +79,9 @@ def _test(test: dict | None) -> str:
 
 def saturated(row: dict) -> str:
     """Did the format saturate? On the held-out slice during tuning and on the scored items."""
-    soft = row.get("soft-prompt") or {}
+    soft = row.get("soft-prompt")
+    if soft is None:
+        return "soft prompt not run"
     scored = soft.get("format_rate")
     if row.get("format_step") is None:
         return f"no: held-out format_rate never reached {FOLLOWS_FORMAT:.2f} in {row.get('steps_run')} steps"

@@ -37,3 +37,10 @@ def test_rows_and_table_say_where_the_format_saturated(tmp_path):
 def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not_called_saturated():
     row = {"soft-prompt": {"accuracy": 0.1, "format_rate": 0.7}, "format_step": 40, "steps_run": 80}
     assert claim_a.saturated(row) == "held-out only (step 40); scored items 0.70"
+
+
+def test_a_pair_whose_soft_prompt_has_not_run_says_so(tmp_path):
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * 4, format_ok=[False] * 4)
+    (row,) = claim_a.rows(tmp_path, seed=0)
+    assert claim_a.saturated(row) == "soft prompt not run"
+    assert "soft prompt not run" in claim_a.markdown([row])
