@@ -2,9 +2,10 @@
 
 For every (model, task) it runs zero-shot, few-shot and soft-prompt with `softeval run` (one process each
 pair, so a killed script resumes: finished runs are skipped, an interrupted tuning resumes), then prints
-one row per pair: the step at which the held-out slice's format_rate first reached 0.90, the scored items'
-format_rate and strict accuracy under each method, and the soft prompt's paired difference against zero-
-and few-shot (Newcombe's interval, McNemar's p, as `softeval compare` reports it). Where the format did
+one row per pair: the step at which the held-out slice's format_rate first reached 0.90 and that format_rate
+at every curve point, the scored items' format_rate and strict accuracy under each method, and the soft
+prompt's paired difference against zero- and few-shot (Tango's interval, McNemar's p, as `softeval compare`
+reports it). Where the format did
 not saturate, the row says so. The table goes to stdout (markdown) and, with --json-out, to a file.
 
     .venv/bin/python benchmarks/claim_a.py --limit 50 --out runs-claim-a            # every task, both models
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from softeval.analysis.compare import load_runs, paired_method_tests
 from softeval.metrics import FOLLOWS_FORMAT
+from softeval.store.format import CURVE_FILE, read_curve
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m")
 TASKS = ("mmlu", "arc_challenge", "arc_easy", "gsm8k", "math500", "triviaqa", "squad", "hellaswag", "boolq")
@@ -55,12 +57,26 @@ def rows(out: Path, seed: int) -> list[dict]:
             tuning = r.results.get("tuning") or {}
             row["format_step"] = tuning.get("format_0.9_step")
             row["steps_run"] = tuning.get("steps_run")
+            row["curve"] = held_out_format(r.path / CURVE_FILE)
     for (model, task), row in table.items():
         for base in ("zero-shot", "few-shot"):
             test = tests.get((task, model, base))
             row[f"vs {base}"] = test and {"difference": test.difference, "ci": [test.ci_low, test.ci_high],
                                           "p": test.p_value, "n": test.n}
     return [table[k] for k in sorted(table)]
+
+
+def held_out_format(path: Path) -> list[tuple[int, float]]:
+    """(step, format_rate) at each curve point of a tuned run's held-out slice; [] without a readable curve."""
+    try:
+        points = read_curve(path)
+    except (OSError, ValueError):
+        return []
+    return [(int(p["step"]), p["format_rate"]) for p in points if p.get("format_rate") is not None]
+
+
+def _curve(row: dict) -> str:
+    return ", ".join(f"{step}: {rate:.2f}" for step, rate in row.get("curve") or []) or "-"
 
 
 def _cell(result: dict | None) -> str:
@@ -93,12 +109,13 @@ def saturated(row: dict) -> str:
 
 def markdown(table: list[dict]) -> str:
     lines = ["| model | task | n | zero-shot acc (format) | few-shot acc (format) | soft-prompt acc (format) | "
-             "format saturated | soft - zero-shot [95%], p | soft - few-shot [95%], p |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "format saturated | held-out format by step | soft - zero-shot [95%], p | soft - few-shot [95%], p |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         n = (row.get("soft-prompt") or row.get("zero-shot") or {}).get("n")
         lines.append(f"| {row['model']} | {row['task']} | {n} | {_cell(row.get('zero-shot'))} | "
                      f"{_cell(row.get('few-shot'))} | {_cell(row.get('soft-prompt'))} | {saturated(row)} | "
+                     f"{_curve(row)} | "
                      f"{_test(row.get('vs zero-shot'))} | {_test(row.get('vs few-shot'))} |")
     return "\n".join(lines)
 

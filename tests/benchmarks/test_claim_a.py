@@ -16,8 +16,12 @@ def _world(out):
     # mmlu: the soft prompt saturates at step 20 and gains 6 items over zero-shot
     write_run(out, "m", "mmlu", "zero-shot", [True] * 4 + [False] * 16, format_ok=[True] * 10 + [False] * 10)
     write_run(out, "m", "mmlu", "few-shot", [True] * 5 + [False] * 15)
+    curve = [{"step": 0, "loss": None, "format_rate": 0.5, "accuracy": 0.2},
+             {"step": 1, "loss": 1.4, "format_rate": None, "accuracy": None},
+             {"step": 10, "loss": 1.0, "format_rate": 0.875, "accuracy": 0.25},
+             {"step": 20, "loss": 0.8, "format_rate": 0.9375, "accuracy": 0.25}]
     write_run(out, "m", "mmlu", "soft-prompt", [True] * 10 + [False] * 10,
-              tuning={"format_0.9_step": 20, "steps_run": 30})
+              tuning={"format_0.9_step": 20, "steps_run": 30}, curve=curve)
 
 
 def test_rows_and_table_say_where_the_format_saturated(tmp_path):
@@ -31,7 +35,9 @@ def test_rows_and_table_say_where_the_format_saturated(tmp_path):
     assert mmlu["vs zero-shot"]["difference"] == 0.3 and mmlu["vs zero-shot"]["n"] == 20
     table = claim_a.markdown(rows)
     assert "| m | gsm8k | 20 | 0.00 (0.00) | 0.05 (0.95) | 0.00 (0.10) | no: held-out" in table
-    assert "| m | mmlu | 20 | 0.20 (0.50) | 0.25 (1.00) | 0.50 (1.00) | yes, step 20 | +0.30 [" in table
+    assert "| m | mmlu | 20 | 0.20 (0.50) | 0.25 (1.00) | 0.50 (1.00) | yes, step 20 | 0: 0.50, 10: 0.88, 20: 0.94 " \
+           "| +0.30 [" in table
+    assert "| 0.00 (0.10) | no: held-out format_rate never reached 0.90 in 80 steps | - | " in table  # no curve file
 
 
 def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not_called_saturated():
