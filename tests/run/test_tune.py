@@ -9,6 +9,7 @@ import torch
 from tiny import format_task
 
 from softeval.lm import generation, tuning_loss
+from softeval.run import tune as tune_module
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
 from softeval.run.tune import TuneConfig, batches, lr_at, tune
@@ -95,6 +96,34 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path, schedule):
     # The tuning time counts the interrupted process's time up to its checkpoint, and says it resumed.
     assert resumed.seconds > saved["seconds"] and resumed.summary()["resumed_at_steps"] == [3]
     assert full.summary()["resumed_at_steps"] == []
+
+
+def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, monkeypatch):
+    """The step-0 point generates on every held-out item (minutes on GSM8K or MATH): a run killed before
+    its first curve point after it resumes without computing it again, bit-identical."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+
+    def interrupt(point):
+        raise KeyboardInterrupt  # at step 1: only the step-0 point is on disk
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path, on_step=interrupt)
+    saved = json.loads((tmp_path / "tune_state.json").read_text())
+    assert saved["step"] == 0 and [p["step"] for p in saved["curve"]] == [0]
+    points = []
+    real = tune_module.curve_point
+    monkeypatch.setattr(tune_module, "curve_point", lambda *a, **kw: points.append(1) or real(*a, **kw))
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    assert len(points) == 2  # steps 3 and 6; step 0 came from the checkpoint
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    def seen(curve):
+        return [(p["step"], p["format_rate"], p["accuracy"]) for p in curve]
+
+    assert seen(resumed.curve) == seen(full.curve) and resumed.summary()["resumed_at_steps"] == [0]
 
 
 def test_batches_are_seeded_epochs():

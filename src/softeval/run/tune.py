@@ -251,8 +251,11 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     if state:
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
         earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
-    if step == 0 and config.curve_every and curve_items:
+    if step == 0 and config.curve_every and curve_items and not curve:
         curve.append({"step": 0, "loss": None, **scored()})
+        if checkpoint:  # the step-0 point generates on every held-out item (minutes on worked solutions): keep it
+            ckpt.save(checkpoint, params, optimizer, identity, {"step": 0, "loss": None, "curve": curve,
+                                                                "seconds": time.time() - started, "resumed_at": []})
     if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
         early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
     what = "soft prompt" if part.method == "soft-prompt" else "adapter"

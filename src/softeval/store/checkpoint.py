@@ -123,10 +123,11 @@ def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
 
 
 def _check_meta(record: dict) -> None:
-    """What ``save`` wrote beside the tensors (which their sha256 covers, unlike these): a step >= 1,
-    the curve up to it, a loss, the seconds and the steps resumed at; anything else is damage."""
+    """What ``save`` wrote beside the tensors (which their sha256 covers, unlike these): a step >= 0 (0: the
+    learning curve's first point, before any step), the curve up to it, a loss, the seconds and the steps resumed
+    at; anything else is damage."""
     step, curve = record.get("step"), record.get("curve")
-    if not is_whole(step) or step < 1:
+    if not is_whole(step) or step < 0:
         raise ValueError(f"{TUNE_STATE_FILE} has step {shown(step)}")
     if not isinstance(curve, list) or not all(isinstance(p, dict) and is_whole(p.get("step")) for p in curve) \
             or not curve or curve[-1]["step"] != step:
