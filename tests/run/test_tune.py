@@ -120,6 +120,7 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
     assert len(points) == 2  # steps 3 and 6; step 0 came from the checkpoint
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+
     def seen(curve):
         return [(p["step"], p["format_rate"], p["accuracy"]) for p in curve]
 

@@ -251,11 +251,17 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     if state:
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
         earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
+
+    def keep(points: list[dict]) -> None:
+        """Checkpoint the state after the last of ``points`` (a killed run resumes from here)."""
+        ckpt.save(checkpoint, params, optimizer, identity,
+                  {"step": step, "loss": last_loss, "curve": points,
+                   "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
+
     if step == 0 and config.curve_every and curve_items and not curve:
         curve.append({"step": 0, "loss": None, **scored()})
         if checkpoint:  # the step-0 point generates on every held-out item (minutes on worked solutions): keep it
-            ckpt.save(checkpoint, params, optimizer, identity, {"step": 0, "loss": None, "curve": curve,
-                                                                "seconds": time.time() - started, "resumed_at": []})
+            keep(curve)
     if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
         early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
     what = "soft prompt" if part.method == "soft-prompt" else "adapter"
@@ -294,10 +300,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
             point.update(scored())
             if config.early_stop and step < config.steps and plateau(curve + [point], len(curve_items)):
                 early = step
-        if checkpoint and at_point:  # also without a held-out slice: a killed run resumes from here
-            ckpt.save(checkpoint, params, optimizer, identity,
-                      {"step": step, "loss": last_loss, "curve": curve + [point],
-                       "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
+        if checkpoint and at_point:  # also without a held-out slice
+            keep(curve + [point])
         curve.append(point)
         if on_step:
             on_step(point)
