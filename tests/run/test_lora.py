@@ -8,6 +8,7 @@ import torch
 from tiny import format_task, tiny_lm, toy_config
 
 from softeval.errors import UserError
+from softeval.lm import tuning_loss
 from softeval.lm.lora import LoraAdapter, LoraSettings, attached
 from softeval.run import pipeline
 from softeval.run.prompting import Prompter
@@ -124,6 +125,41 @@ def test_resume_after_a_kill_gives_the_same_adapter(tmp_path):
     assert resumed_weights.keys() == full_weights.keys()
     for name in full_weights:
         torch.testing.assert_close(resumed_weights[name], full_weights[name], rtol=0, atol=0)  # bit-identical
+
+
+def test_an_interrupt_mid_backward_undoes_the_step_and_its_dropout_draws(tmp_path, monkeypatch):
+    """A Ctrl-C at the end of step 5's backward (dropout has drawn from the RNG, the gradients are in): the
+    checkpoint is of step 4 with the RNG as step 5 began, and the resumed adapter is bit-identical."""
+    task = format_task()
+    items = task.load().tune
+    cfg = TuneConfig(steps=6, batch_size=4, lr=3e-2, curve_every=3, curve_items=4, early_stop=False)
+
+    def tuned(checkpoint=None):
+        lm = tiny_lm()
+        with attached(lm, LoraSettings(rank=2, alpha=4.0, dropout=0.5), seed=5) as adapter:
+            result = tune(lm, Prompter(lm, task, chat=False, shots=[]), items[4:], items[:4], cfg,
+                          checkpoint=checkpoint, part=adapter)
+            return result, {k: v.detach().clone() for k, v in adapter.trainable().items()}
+
+    full, full_weights = tuned()
+    real, calls = tuning_loss.target_loss_backward, {"n": 0}
+
+    def interrupted(*args, **kw):
+        loss = real(*args, **kw)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return loss
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning_loss, "target_loss_backward", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            tuned(tmp_path)
+    assert json.loads((tmp_path / "tune_state.json").read_text())["step"] == 4
+    resumed, resumed_weights = tuned(tmp_path)
+    assert resumed.summary()["resumed_at_steps"] == [4]
+    for name in full_weights:
+        torch.testing.assert_close(resumed_weights[name], full_weights[name], rtol=0, atol=0)
 
 
 def test_the_adapter_tunes_through_the_copy_in_the_tuning_dtype(lm):

@@ -127,6 +127,46 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
     assert seen(resumed.curve) == seen(full.curve) and resumed.summary()["resumed_at_steps"] == [0]
 
 
+def _interrupted_once(calls: dict, at: int, real):
+    """``real``, raising KeyboardInterrupt right after its ``at``-th call has done its work (a Ctrl-C then)."""
+    def wrapper(*args, **kw):
+        out = real(*args, **kw)
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise KeyboardInterrupt
+        return out
+    return wrapper
+
+
+@pytest.mark.parametrize("where, kept_step", [("backward", 4), ("curve point", 2)])
+def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(lm, tmp_path, monkeypatch, where,
+                                                                               kept_step):
+    """A Ctrl-C between curve points checkpoints the last whole step: one in the middle of step 5's backward
+    keeps step 4; one while step 3's curve point is scored (after AdamW has updated the soft prompt) undoes that
+    update and keeps step 2. The resumed run repeats the interrupted step and ends where an uninterrupted one does."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+    calls = {"n": 0}
+    with monkeypatch.context() as patched:
+        if where == "backward":
+            patched.setattr(tuning_loss, "target_loss_backward",
+                            _interrupted_once(calls, 5, tuning_loss.target_loss_backward))
+        else:  # the step-0 point is the first call, step 3's the second
+            patched.setattr(tune_module, "curve_point", _interrupted_once(calls, 2, tune_module.curve_point))
+        with pytest.raises(KeyboardInterrupt):
+            tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    saved = json.loads((tmp_path / "tune_state.json").read_text())
+    assert saved["step"] == kept_step and [p["step"] for p in saved["curve"]] == list(range(kept_step + 1))
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    assert resumed.summary()["resumed_at_steps"] == [kept_step]
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    assert [(p["step"], p["loss"], p["format_rate"]) for p in resumed.curve] == \
+        [(p["step"], p["loss"], p["format_rate"]) for p in full.curve]
+
+
 def test_batches_are_seeded_epochs():
     plan = batches(10, 4, 5, seed=1)
     assert plan == batches(10, 4, 5, seed=1) and plan != batches(10, 4, 5, seed=2)

@@ -252,16 +252,18 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
         earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
 
-    def keep(points: list[dict]) -> None:
-        """Checkpoint the state after the last of ``points`` (a killed run resumes from here)."""
+    def keep(points: list[dict]) -> int:
+        """Checkpoint the state after the last of ``points`` (a killed run resumes from here); its step."""
         ckpt.save(checkpoint, params, optimizer, identity,
-                  {"step": step, "loss": last_loss, "curve": points,
+                  {"step": points[-1]["step"], "loss": points[-1]["loss"], "curve": points,
                    "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
+        return points[-1]["step"]
 
+    kept = step if state else None  # the step of the checkpoint on disk
     if step == 0 and config.curve_every and curve_items and not curve:
         curve.append({"step": 0, "loss": None, **scored()})
         if checkpoint:  # the step-0 point generates on every held-out item (minutes on worked solutions): keep it
-            keep(curve)
+            kept = keep(curve)
     if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
         early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
     what = "soft prompt" if part.method == "soft-prompt" else "adapter"
@@ -269,47 +271,77 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     # so that the probe neither sees dropout nor draws from the RNG a resumed run restores.
     tuning_loss.target_head(tuner)
     while step < config.steps and early is None:
-        batch = [pair(i) for i in plan[step]]
-        previous = {key: p.detach().clone() for key, p in params.items()}
-        optimizer.zero_grad(set_to_none=True)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(config, step)
-        part.tuning(tuner.model, True)
-        try:
-            targets = [t for _, t in batch]
-            loss = tuning_loss.target_loss_backward(
-                tuner, [p for p, _ in batch], targets, part.soft, config.pass_tokens or None,
-                tuning_loss.answer_line_weights(lm.tokenizer, targets, config.answer_share))
-        finally:
-            part.tuning(tuner.model, False)
-        if not math.isfinite(loss):
-            stopped = f"loss became {loss} at step {step + 1}; kept the {what} of step {step}"
-            break
-        optimizer.step()
-        if not all(torch.isfinite(p).all() for p in params.values()):
-            with torch.no_grad():
-                for key, p in params.items():
-                    p.copy_(previous[key])
-            stopped = f"{what} became non-finite at step {step + 1}; kept the one of step {step}"
-            break
-        step += 1
-        last_loss = loss
-        point = {"step": step, "loss": last_loss, "format_rate": None, "accuracy": None}
-        at_point = bool(config.curve_every) and (step % config.curve_every == 0 or step == config.steps)
-        if curve_items and at_point:
-            point.update(scored())
-            if config.early_stop and step < config.steps and plateau(curve + [point], len(curve_items)):
-                early = step
-        if checkpoint and at_point:  # also without a held-out slice
-            keep(curve + [point])
+        before = StepStart(params, optimizer)
+        try:  # a step is whole or undone: an interrupt (Ctrl-C, SIGTERM) checkpoints the last whole step
+            batch = [pair(i) for i in plan[step]]
+            optimizer.zero_grad(set_to_none=True)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(config, step)
+            part.tuning(tuner.model, True)
+            try:
+                targets = [t for _, t in batch]
+                loss = tuning_loss.target_loss_backward(
+                    tuner, [p for p, _ in batch], targets, part.soft, config.pass_tokens or None,
+                    tuning_loss.answer_line_weights(lm.tokenizer, targets, config.answer_share))
+            finally:
+                part.tuning(tuner.model, False)
+            if not math.isfinite(loss):
+                stopped = f"loss became {loss} at step {step + 1}; kept the {what} of step {step}"
+                break
+            optimizer.step()
+            if not all(torch.isfinite(p).all() for p in params.values()):
+                before.restore(params, optimizer)
+                stopped = f"{what} became non-finite at step {step + 1}; kept the one of step {step}"
+                break
+            point = {"step": step + 1, "loss": loss, "format_rate": None, "accuracy": None}
+            at_point = bool(config.curve_every) and (point["step"] % config.curve_every == 0
+                                                     or point["step"] == config.steps)
+            if curve_items and at_point:
+                point.update(scored())
+                if config.early_stop and point["step"] < config.steps and plateau(curve + [point], len(curve_items)):
+                    early = point["step"]
+            if checkpoint and at_point:  # also without a held-out slice
+                kept = keep(curve + [point])
+            if on_step:
+                on_step(point)
+        except KeyboardInterrupt:
+            if checkpoint and curve and (kept is None or curve[-1]["step"] > kept):  # whole steps not yet kept
+                before.restore(params, optimizer)
+                keep(curve)
+            raise
+        step, last_loss = point["step"], loss
         curve.append(point)
-        if on_step:
-            on_step(point)
+
     return TuneResult(part if isinstance(part, SoftPrompt) else None, curve, step,
                       last_loss if last_loss is None or math.isfinite(last_loss) else None,
                       stopped, earlier_seconds + time.time() - started,
                       {**asdict(config), "tune_dtype_ran": precision.dtype_name(precision.model_dtype(tuner))},
                       resumed_at, early, sum(p.numel() for p in params.values()))
+
+
+class StepStart:
+    """What one tuning step changes, copied before it: the tuned tensors, AdamW's state and the RNGs (LoRA's
+    dropout draws from torch's). ``restore`` undoes a step that did not finish (interrupted part-way
+    through AdamW's in-place update, or after it), so the checkpoint then written is of the last whole step
+    and a resumed run repeats the interrupted one exactly."""
+
+    def __init__(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+        self.params = {key: p.detach().clone() for key, p in params.items()}
+        self.optimizer = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+                          for p, state in optimizer.state.items()}
+        self.rng = (torch.get_rng_state(), random.getstate(),
+                    torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+    def restore(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+        with torch.no_grad():
+            for key, p in params.items():
+                p.copy_(self.params[key])
+        optimizer.state.clear()
+        optimizer.state.update(self.optimizer)
+        torch.set_rng_state(self.rng[0])
+        random.setstate(self.rng[1])
+        if self.rng[2] is not None:
+            torch.cuda.set_rng_state_all(self.rng[2])
 
 
 def _detached(soft: torch.Tensor | None) -> torch.Tensor | None:
