@@ -377,3 +377,28 @@ def test_with_an_answer_share_the_held_out_loss_is_the_weighted_one_tuning_minim
     assert weighted == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft, weights)), rel=1e-5)
     assert plain == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft)), rel=1e-5)
     assert weighted != pytest.approx(plain, rel=1e-3)
+
+
+def test_a_checkpoint_whose_held_out_loss_was_not_the_weighted_one_is_not_resumed(lm, tmp_path):
+    """With --answer-share the curve's held-out loss is the weighted one early stop compares; a checkpoint from a
+    softeval that recorded the plain loss there (its identity lacks the marker) is discarded, never mixed in."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, answer_share=0.5)
+
+    def interrupt(point):
+        if point["step"] == 4:
+            raise KeyboardInterrupt
+
+    for folder in (tmp_path / "now", tmp_path / "older"):
+        with pytest.raises(KeyboardInterrupt):
+            tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=folder, on_step=interrupt)
+    assert tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path / "now").resumed_at == [3]
+    state = tmp_path / "older" / "tune_state.json"
+    saved = json.loads(state.read_text())
+    del saved["identity"]["held_out_loss"]  # as an older softeval wrote it
+    state.write_text(json.dumps(saved))
+    said = []
+    again = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path / "older", log=said.append)
+    assert again.resumed_at == [] and "discarded" in said[0]

@@ -247,6 +247,8 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     earlier_seconds, resumed_at = 0.0, []
     identity = {"run": identity, "tune": asdict(config),
                 "items": hashlib.sha256("\n".join(e.id for e in train + curve_items).encode()).hexdigest()}
+    if config.answer_share is not None:  # a checkpoint from before the held-out loss was weighted too lacks this
+        identity["held_out_loss"] = "answer-line weighted"
     state = checkpoint and ckpt.load(checkpoint, identity, params, optimizer, log or _stderr)
     if state:
         step, curve, last_loss = state["step"], state["curve"], state["loss"]
