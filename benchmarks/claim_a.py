@@ -3,7 +3,8 @@
 For every (model, task) it runs zero-shot, few-shot and soft-prompt with `softeval run` (one process each
 pair, so a killed script resumes: finished runs are skipped, an interrupted tuning resumes), then prints
 one row per pair: the step at which the held-out slice's format_rate first reached 0.90 and that format_rate
-at every curve point, the scored items' format_rate and strict accuracy under each method, and the soft
+at every curve point, the scored items' format_rate and strict accuracy under each method, the causes of the
+soft prompt's format misses on the scored items (empty, max_new_tokens, wrong_style ...), and the soft
 prompt's paired difference against zero- and few-shot (Tango's interval, McNemar's p, as `softeval compare`
 reports it). Where the format did
 not saturate, the row says so. The table goes to stdout (markdown) and, with --json-out, to a file.
@@ -52,7 +53,8 @@ def rows(out: Path, seed: int) -> list[dict]:
     for r in runs:
         row = table.setdefault((r.model, r.task), {"model": r.model, "task": r.task})
         row[r.method] = {"accuracy": (r.metric("accuracy") or {}).get("value"),
-                         "format_rate": (r.metric("format_rate") or {}).get("value"), "n": r.results.get("n")}
+                         "format_rate": (r.metric("format_rate") or {}).get("value"), "n": r.results.get("n"),
+                         "failures": r.results.get("format_failures")}
         if r.method == "soft-prompt":
             tuning = r.results.get("tuning") or {}
             row["format_step"] = tuning.get("format_0.9_step")
@@ -93,6 +95,18 @@ def _test(test: dict | None) -> str:
     return f"{test['difference']:+.2f} [{low:+.2f}, {high:+.2f}], p {test['p']:.2g}"
 
 
+def why_not(row: dict) -> str:
+    """The soft prompt's scored items that missed the format, by cause (softeval.diagnosis): where the format did
+    not saturate, what the outputs did instead; "-" where every item followed it or nothing was recorded."""
+    soft = row.get("soft-prompt") or {}
+    failures, n = soft.get("failures") or {}, soft.get("n")
+    causes = sorted(((count, cause) for cause, count in (failures.get("causes") or {}).items() if count),
+                    key=lambda c: (-c[0], c[1]))
+    if not failures.get("failed") or not causes:
+        return "-"
+    return f"{failures['failed']}/{n}: " + ", ".join(f"{cause.replace('_', ' ')} {count}" for count, cause in causes)
+
+
 def saturated(row: dict) -> str:
     """Did the format saturate? On the held-out slice during tuning and on the scored items."""
     soft = row.get("soft-prompt")
@@ -109,13 +123,14 @@ def saturated(row: dict) -> str:
 
 def markdown(table: list[dict]) -> str:
     lines = ["| model | task | n | zero-shot acc (format) | few-shot acc (format) | soft-prompt acc (format) | "
-             "format saturated | held-out format by step | soft - zero-shot [95%], p | soft - few-shot [95%], p |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "format saturated | held-out format by step | soft prompt's format misses | soft - zero-shot [95%], p | "
+             "soft - few-shot [95%], p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         n = (row.get("soft-prompt") or row.get("zero-shot") or {}).get("n")
         lines.append(f"| {row['model']} | {row['task']} | {n} | {_cell(row.get('zero-shot'))} | "
                      f"{_cell(row.get('few-shot'))} | {_cell(row.get('soft-prompt'))} | {saturated(row)} | "
-                     f"{_curve(row)} | "
+                     f"{_curve(row)} | {why_not(row)} | "
                      f"{_test(row.get('vs zero-shot'))} | {_test(row.get('vs few-shot'))} |")
     return "\n".join(lines)
 

@@ -36,8 +36,10 @@ def test_rows_and_table_say_where_the_format_saturated(tmp_path):
     table = claim_a.markdown(rows)
     assert "| m | gsm8k | 20 | 0.00 (0.00) | 0.05 (0.95) | 0.00 (0.10) | no: held-out" in table
     assert "| m | mmlu | 20 | 0.20 (0.50) | 0.25 (1.00) | 0.50 (1.00) | yes, step 20 | 0: 0.50, 10: 0.88, 20: 0.94 " \
-           "| +0.30 [" in table
-    assert "| 0.00 (0.10) | no: held-out format_rate never reached 0.90 in 80 steps | - | " in table  # no curve file
+           "| - | +0.30 [" in table
+    assert "| 0.00 (0.10) | no: held-out format_rate never reached 0.90 in 80 steps | - | 18/20: wrong style 18 | " \
+        in table  # no curve file; what the misses were
+    assert claim_a.why_not(mmlu) == "-"  # every scored item followed the format
 
 
 def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not_called_saturated():
@@ -50,3 +52,10 @@ def test_a_pair_whose_soft_prompt_has_not_run_says_so(tmp_path):
     (row,) = claim_a.rows(tmp_path, seed=0)
     assert claim_a.saturated(row) == "soft prompt not run"
     assert "soft prompt not run" in claim_a.markdown([row])
+
+
+def test_the_misses_are_listed_by_cause_most_first():
+    row = {"soft-prompt": {"n": 20, "failures": {"failed": 3, "causes": {"empty": 0, "max_new_tokens": 1,
+                                                                         "wrong_style": 2, "other": 0}}}}
+    assert claim_a.why_not(row) == "3/20: wrong style 2, max new tokens 1"
+    assert claim_a.why_not({"soft-prompt": {"n": 20}}) == "-"  # a run recorded without them
