@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from interrupts import interrupted_after
 from tiny import format_task, tiny_lm, toy_config
 
 from softeval.errors import UserError
@@ -142,17 +143,8 @@ def test_an_interrupt_mid_backward_undoes_the_step_and_its_dropout_draws(tmp_pat
             return result, {k: v.detach().clone() for k, v in adapter.trainable().items()}
 
     full, full_weights = tuned()
-    real, calls = tuning_loss.target_loss_backward, {"n": 0}
-
-    def interrupted(*args, **kw):
-        loss = real(*args, **kw)
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return loss
-
     with monkeypatch.context() as patched:
-        patched.setattr(tuning_loss, "target_loss_backward", interrupted)
+        patched.setattr(tuning_loss, "target_loss_backward", interrupted_after(tuning_loss.target_loss_backward, 5))
         with pytest.raises(KeyboardInterrupt):
             tuned(tmp_path)
     assert json.loads((tmp_path / "tune_state.json").read_text())["step"] == 4

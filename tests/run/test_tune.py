@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from interrupts import interrupted_after
 from tiny import format_task
 
 from softeval.lm import generation, tuning_loss
@@ -127,17 +128,6 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
     assert seen(resumed.curve) == seen(full.curve) and resumed.summary()["resumed_at_steps"] == [0]
 
 
-def _interrupted_once(calls: dict, at: int, real):
-    """``real``, raising KeyboardInterrupt right after its ``at``-th call has done its work (a Ctrl-C then)."""
-    def wrapper(*args, **kw):
-        out = real(*args, **kw)
-        calls["n"] += 1
-        if calls["n"] == at:
-            raise KeyboardInterrupt
-        return out
-    return wrapper
-
-
 @pytest.mark.parametrize("where, kept_step", [("backward", 4), ("curve point", 2)])
 def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(lm, tmp_path, monkeypatch, where,
                                                                                kept_step):
@@ -149,13 +139,11 @@ def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(
     items = task.load().tune
     cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
     full = tune(lm, prompter, items[4:], items[:4], cfg)
-    calls = {"n": 0}
     with monkeypatch.context() as patched:
         if where == "backward":
-            patched.setattr(tuning_loss, "target_loss_backward",
-                            _interrupted_once(calls, 5, tuning_loss.target_loss_backward))
+            patched.setattr(tuning_loss, "target_loss_backward", interrupted_after(tuning_loss.target_loss_backward, 5))
         else:  # the step-0 point is the first call, step 3's the second
-            patched.setattr(tune_module, "curve_point", _interrupted_once(calls, 2, tune_module.curve_point))
+            patched.setattr(tune_module, "curve_point", interrupted_after(tune_module.curve_point, 2))
         with pytest.raises(KeyboardInterrupt):
             tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
     saved = json.loads((tmp_path / "tune_state.json").read_text())
