@@ -12,8 +12,11 @@ not saturate, the row says so. The table goes to stdout (markdown) and, with --j
     .venv/bin/python benchmarks/claim_a.py --limit 50 --out runs-claim-a            # every task, both models
     .venv/bin/python benchmarks/claim_a.py --models smollm2-135m-instruct --tasks gsm8k --limit 20
 
-On 2 CPU cores: 20-40 min per multiple-choice or short-answer task and model, GSM8K and MATH-500 an hour
-or more each (whole worked solutions as tuning targets, 256-512 generated tokens per curve item).
+On 2 AVX2 CPU cores, the two models side by side on one thread each (2026-12-05): 20-40 min per
+multiple-choice or short-answer task and model (gemma-3-270m on SQuAD 75 min: 80 steps); SmolLM2 on GSM8K
+(20 items, --curve-every 20) 70 min; gemma-3-270m on GSM8K and either model's MATH-500 soft prompt several
+hours (whole worked solutions as tuning targets, 256-512 generated tokens per curve item; a MATH step of 8
+solutions over a minute).
 """
 
 from __future__ import annotations
