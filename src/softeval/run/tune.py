@@ -331,8 +331,7 @@ class StepStart:
         self.params = {key: p.detach().clone() for key, p in params.items()}
         self.optimizer = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
                           for p, state in optimizer.state.items()}
-        self.rng = (torch.get_rng_state(), random.getstate(),
-                    torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+        self.rng = ckpt.rng_states()
 
     def restore(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
         with torch.no_grad():
@@ -340,10 +339,7 @@ class StepStart:
                 p.copy_(self.params[key])
         optimizer.state.clear()
         optimizer.state.update(self.optimizer)
-        torch.set_rng_state(self.rng[0])
-        random.setstate(self.rng[1])
-        if self.rng[2] is not None:
-            torch.cuda.set_rng_state_all(self.rng[2])
+        ckpt.set_rng_states(self.rng)
 
 
 def _detached(soft: torch.Tensor | None) -> torch.Tensor | None:

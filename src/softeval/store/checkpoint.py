@@ -99,11 +99,24 @@ def load(folder: Path, identity: dict, params: dict[str, torch.Tensor], optimize
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(tensors[name].to(param.device))
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    if "cuda" in rng:
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    set_rng_states(rng)
     return record
+
+
+def rng_states() -> dict:
+    """The RNG states a tuning draws from (torch's, Python's, CUDA's once in use), as their objects."""
+    states = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    """Put back what ``rng_states`` (or a checked checkpoint, ``_rng_from``) holds."""
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -163,10 +176,7 @@ def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], params: dic
 
 
 def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state().tolist(), "python": _jsonable(random.getstate())}
-    if torch.cuda.is_available():
-        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    return state
+    return _jsonable(rng_states())
 
 
 def _rng_from(state: dict) -> dict:
@@ -192,6 +202,8 @@ def _sha256(path: Path) -> str:
 
 
 def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, list):
