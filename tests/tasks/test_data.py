@@ -46,3 +46,9 @@ def test_duplicate_item_ids_are_an_error_naming_the_id_and_both_rows(tmp_path):
     task_file(tmp_path, rows)
     splits = task.load()
     assert sorted(e.id for e in splits.tune + splits.eval) == ["q0", "q2", "q3", "q4", "q5", "same"]
+
+
+@pytest.mark.parametrize("name", ["rows\0.jsonl", "\ud800\udc00.jsonl"])  # a NUL; a YAML escape's lone surrogates
+def test_a_data_file_name_no_file_can_have_is_not_found(tmp_path, name):
+    with pytest.raises(UserError, match="data file not found"):
+        read_local(tmp_path / name)

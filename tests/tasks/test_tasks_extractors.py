@@ -58,8 +58,11 @@ GSM8K_CASES = [
     ("   #### 1234  ", "1234", True, "1234", True),  # leading spaces
     ("#### $1,234.00", "1234", True, "1234", True),
     ("#### 1234.", "1234", True, "1234", True),
-    ("#### 12\n#### 1234", "1234", True, "1234", True),  # the final line counts
-    ("#### 1234\n#### 12", "12", False, "12", False),
+    ("#### 1234\n#### 12", "1234", True, "1234", True),  # the first "#### N" line counts (lm-eval's take-first)
+    ("#### 12\n#### 1234", "12", False, "12", False),
+    ("#### 1234\n\nStep 12: the model writes on", "1234", True, "1234", True),  # what follows is not read
+    (" 1234\n\nShe has 1,000 + 234\n#### 1234", "1234", True, "1234", True),  # a blank line before the answer
+    ("#### 2x + 43\n#### 1234", "1234", True, "1234", True),  # "#### 2x + 43" is no answer line
     ("The answer is 1234.", None, False, "1234", True),
     ("It costs 1,234 dollars in total", None, False, "1234", True),
     ("#### 1234 dollars", None, False, "1234", True),  # final line is more than the number

@@ -28,11 +28,13 @@ from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
 from softeval.store.runs import FINGERPRINT, TUNE_DTYPE_RESOLVED
+from softeval.tasks import builtin_revision
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
 LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
+TASK_REVISION = "task_revision"  # a built-in task's definition (tasks.base.Task.revision), from 2 on
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
@@ -206,6 +208,9 @@ class RunConfig:
         # what a task file and a data file hold, not only their names (tasks/digest.py)
         digests = {"task_sha256": task_file_sha256(self.task), "source_sha256": data_file_sha256(self.source)}
         data.update({key: digest for key, digest in digests.items() if digest is not None})
+        revision = builtin_revision(self.task)
+        if revision is not None and revision > 1:  # runs recorded before revisions existed ran revision 1
+            data[TASK_REVISION] = revision
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
         for name in ("epochs", "answer_share"):  # not given: as runs recorded before the option existed ran
             if data[name] is None:

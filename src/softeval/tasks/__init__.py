@@ -17,6 +17,11 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
+def builtin_revision(name: object) -> int | None:
+    """The revision of the built-in task ``name`` (``Task.revision``); None for any other task."""
+    return TASKS[name].revision if isinstance(name, str) and name in TASKS else None
+
+
 def get_task(name: str, include_path: str | None = None) -> Task:
     """A built-in task, a user task file, or ``lm-eval:NAME`` (an lm-eval task, found also in
     ``include_path``'s YAMLs)."""
@@ -32,4 +37,4 @@ def get_task(name: str, include_path: str | None = None) -> Task:
                     "them), a task file (.yaml/.yml/.json, see docs/tasks.md), or lm-eval:NAME (an lm-eval task)")
 
 
-__all__ = ["TASKS", "Example", "Splits", "Task", "get_task"]
+__all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "get_task"]

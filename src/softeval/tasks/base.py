@@ -102,6 +102,11 @@ class Task:
     # ``contexts(examples, k, chat)`` -> one text per example with ``k`` shots, ``chat`` the chat template
     # renderer or None. Set: softeval assembles no prompt (instruction, shots, cue are the source's).
     contexts: Callable[[Sequence[Example], int, Callable | None], list[str]] | None = None
+    # A built-in task's definition, numbered: raised whenever a change to it can change a number (its prompt,
+    # target, stops, token limit, extractors, matcher, data selection), so that a run of the old definition is
+    # another run (``config.json`` ``task_revision``, recorded from 2 on: runs written before it ran 1).
+    # tests/tasks/test_revisions.py holds each task's source digest and fails when the code changes unseen.
+    revision: int = 1
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""

@@ -101,7 +101,7 @@ def file_problem(path: str | Path) -> str | None:
     a regular file (a link to one included). Never opens it: a FIFO would block the read."""
     try:
         mode = Path(path).stat().st_mode
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name no file can have (a NUL, a lone surrogate from a YAML escape)
         return "not found"
     if stat.S_ISREG(mode):
         return None

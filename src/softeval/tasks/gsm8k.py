@@ -48,19 +48,23 @@ def target(example: Example) -> str:
 
 
 def strict(output: str, example: Example) -> str | None:
-    """The number on the final line, when that line is exactly ``#### <number>``."""
-    lines = [line for line in output.strip().splitlines() if line.strip()]
-    if not lines:
-        return None
-    found = _FINAL.match(lines[-1])
-    return normalize_number(found.group(1)) if found else None
+    """The number of the first line that is exactly ``#### <number>``; what follows that line is not read (the
+    model writing on: a next step, a next question), as lm-eval's gsm8k strict-match takes the first ``#### N``."""
+    for line in output.splitlines():
+        found = _FINAL.match(line)
+        if found:
+            return normalize_number(found.group(1))
+    return None
 
 
 def lenient(output: str, example: Example) -> str | None:
-    """A '#### N' anywhere, else 'the answer is N', else the last number in the output."""
+    """The strict answer, else the first '#### N' anywhere, else the last 'the answer is N', else the last number."""
+    answer_line = strict(output, example)
+    if answer_line is not None:
+        return answer_line
     marked = re.findall(rf"####\s*({NUMBER})", output)
     if marked:
-        return normalize_number(marked[-1])
+        return normalize_number(marked[0])
     said = re.findall(rf"answer is:?\s*({NUMBER})", output, re.IGNORECASE)
     if said:
         return normalize_number(said[-1])
@@ -79,7 +83,7 @@ load = source_loader(to_example,
 
 TASK = Task(
     name="gsm8k",
-    description="GSM8K math word problems; strict: final line '#### <number>'",
+    description="GSM8K math word problems; strict: a line '#### <number>' (the first)",
     instruction='Solve the math problem. Reason step by step, then write the final answer on its own '
                 'line as "#### <number>".',
     render=render,
@@ -88,6 +92,9 @@ TASK = Task(
     lenient=lenient,
     match=match_number,
     load=load,
-    stop=("\n\n", "Question:"),
+    # Not "\n\n": a solution may hold a blank line before its "#### N" (SmolLM2's soft-prompted outputs open with
+    # a bare answer, a blank line, then the solution: docs/knowledge.md, "Claim (a)"); lm-eval's gsm8k stops here
+    stop=("Question:",),
     max_new_tokens=256,
+    revision=2,  # 2: no "\n\n" stop, the first "#### N" line (1: "\n\n" stopped, the last line counted)
 )
