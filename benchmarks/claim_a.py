@@ -62,6 +62,7 @@ def rows(out: Path, seed: int) -> list[dict]:
             tuning = r.results.get("tuning") or {}
             row["format_step"] = tuning.get("format_0.9_step")
             row["steps_run"] = tuning.get("steps_run")
+            row["loaded_from"] = tuning.get("loaded_from")  # a saved soft prompt scored (softeval eval --soft-prompt)
             row["curve"] = held_out_format(r.path / CURVE_FILE)
     for (model, task), row in table.items():
         for base in ("zero-shot", "few-shot"):
@@ -116,6 +117,9 @@ def saturated(row: dict) -> str:
     if soft is None:
         return "soft prompt not run"
     scored = soft.get("format_rate")
+    if row.get("loaded_from"):
+        shown = "-" if scored is None else f"{scored:.2f}"
+        return f"a saved soft prompt, not tuned in this run; scored items {shown}"
     if row.get("format_step") is None:
         return f"no: held-out format_rate never reached {FOLLOWS_FORMAT:.2f} in {row.get('steps_run')} steps"
     if scored is None or scored < FOLLOWS_FORMAT:

@@ -47,6 +47,11 @@ def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not
     assert claim_a.saturated(row) == "held-out only (step 40); scored items 0.70"
 
 
+def test_a_saved_soft_prompt_scored_again_is_not_read_as_a_tuning_that_never_reached_the_format():
+    row = {"soft-prompt": {"format_rate": 0.9}, "format_step": None, "steps_run": None, "loaded_from": "s/soft_prompt"}
+    assert claim_a.saturated(row) == "a saved soft prompt, not tuned in this run; scored items 0.90"
+
+
 def test_a_pair_whose_soft_prompt_has_not_run_says_so(tmp_path):
     write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * 4, format_ok=[False] * 4)
     (row,) = claim_a.rows(tmp_path, seed=0)
