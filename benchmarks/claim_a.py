@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from softeval.analysis.compare import load_runs, paired_method_tests
+from softeval.analysis.compare import load_runs
+from softeval.analysis.pairs import paired_method_tests
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.store.format import CURVE_FILE, read_curve
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from runfactory import demo_runs
 from scipy.stats import binomtest
 
-from softeval.analysis.compare import load_runs, paired_method_tests
+from softeval.analysis.compare import load_runs
 from softeval.analysis.paired import _tango_statistic, mcnemar_exact, paired_difference_interval, paired_test
+from softeval.analysis.pairs import paired_method_tests
 from softeval.cli import analysis as cli_analysis
 from softeval.metrics import Z95
 

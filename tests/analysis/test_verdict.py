@@ -3,6 +3,8 @@ where it should and nowhere else, and a difference whose interval touches 0 neve
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,7 @@ from runfactory import write_run
 from softeval.analysis.compare import load_runs
 from softeval.analysis.paired import mcnemar_exact, paired_test
 from softeval.analysis.verdict import ALPHA, Side, items_to_detect, judge, verdicts
+from softeval.cli import analysis as cli_analysis
 
 CHANGES = {"label-prior", "format-hid-knowledge", "better-answers", "worse"}
 
@@ -184,6 +187,32 @@ def test_verdicts_read_run_folders(tmp_path):
     write_run(other, "gemma", "arc", "few-shot", [i < 12 for i in range(n)])
     runs, _ = load_runs(other)
     assert [(v.baseline.method, v.treated.method) for v in verdicts(runs)] == [("zero-shot", "few-shot")]
+
+
+def test_runs_of_other_settings_are_not_judged(tmp_path, capsys):
+    """A GSM8K zero-shot run written before the task's revision 2 beside a soft-prompt run of revision 2: the
+    pair's difference is not the method's alone, so no verdict reads it, and `softeval compare` says why."""
+    from softeval.run.config import RunConfig
+
+    soft = RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)
+    zero = {k: v for k, v in soft.items() if k != "task_revision"} | {"method": "zero-shot"}
+    n = 40
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n, config=zero)
+    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [i < 20 for i in range(n)], config=soft)
+    runs, _ = load_runs(tmp_path)
+    (v,) = verdicts(runs)
+    assert v.rule == "other-settings" and v.sentence.startswith("not judged: the soft-prompt and zero-shot runs")
+    assert "task_revision: not recorded -> 2" in v.sentence and "+0.50" in v.numbers()
+    parser = argparse.ArgumentParser()
+    cli_analysis.register(parser.add_subparsers())
+    args = parser.parse_args(["compare", str(tmp_path)])
+    assert args.handler(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "soft-prompt vs zero-shot: the runs differ in more than their method (task_revision: not recorded" in said
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n,
+              config={**soft, "method": "zero-shot"})  # scored again with the soft prompt's settings
+    (v,) = verdicts(load_runs(tmp_path)[0])
+    assert v.rule == "format-hid-knowledge"
 
 
 def test_run_prints_the_verdict(toy, tmp_path, monkeypatch, capsys):

@@ -75,7 +75,7 @@ def test_a_gguf_file_is_refused_for_vllm(tmp_path, capsys):
 
 def test_key_values_are_typed_and_backend_is_part_of_the_identity():
     from softeval.cli.options import typed_value
-    from softeval.store.runs import identity_diff
+    from softeval.store.identity import identity_diff
 
     assert [typed_value(v) for v in ("2", "0.5", "true", "False", "auto")] == [2, 0.5, True, False, "auto"]
     hf = RunConfig(model="m", task="mmlu").options("zero-shot")

@@ -15,7 +15,8 @@ from tiny import tiny_lm, toy_config
 from softeval.lm import precision
 from softeval.run.config import resolved_tune_dtype
 from softeval.run.pipeline import is_finished, run_folder, run_job
-from softeval.store.runs import TUNE_DTYPE_RESOLVED, OtherSettings
+from softeval.store.identity import TUNE_DTYPE_RESOLVED
+from softeval.store.runs import OtherSettings
 
 
 def run(config) -> list[dict]:

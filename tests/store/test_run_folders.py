@@ -84,7 +84,7 @@ def test_curve_items_is_part_of_the_run_identity(toy, tmp_path):
 def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from dataclasses import fields
 
-    from softeval.store.runs import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
+    from softeval.store.identity import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
 
     config = _toy(tmp_path)
     every = {f.name for f in fields(RunConfig)} - {"methods", "epochs", "answer_share"} | {"method"}  # when given
@@ -195,9 +195,9 @@ def test_an_interrupted_run_with_a_damaged_config_is_dropped_with_one_reason(toy
 
 
 def test_a_checkpoint_is_compared_by_its_fingerprint_when_both_records_carry_one():
-    """The one rule (runs.identity_diff): both fingerprinted, the path is not identity; either one from
+    """The one rule (identity.identity_diff): both fingerprinted, the path is not identity; either one from
     before fingerprints, the path is compared as it was."""
-    from softeval.store.runs import FINGERPRINT, identity_diff
+    from softeval.store.identity import FINGERPRINT, identity_diff
 
     old = {"model": "/a/run/checkpoint-5", "method": "zero-shot", FINGERPRINT: "f" * 64}
     assert identity_diff(old, {**old, "model": "/b/moved/checkpoint-5"}) == []
@@ -224,7 +224,7 @@ def test_a_run_recorded_before_fingerprints_resumes_in_place_and_is_refused_else
     import shutil
 
     from softeval.errors import UserError
-    from softeval.store.runs import FINGERPRINT
+    from softeval.store.identity import FINGERPRINT
 
     ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
     out = tmp_path / "out"
@@ -249,7 +249,7 @@ def test_an_interrupted_series_run_resumes_from_a_moved_folder(toy, tmp_path):
     import shutil
 
     from softeval.run.pipeline import run_folder
-    from softeval.store.runs import identity_of
+    from softeval.store.identity import identity_of
 
     ckpt = _series_checkpoint(tmp_path / "run" / "checkpoint-5")
     config = _toy(tmp_path / "out", model=str(ckpt), series="run", step=5, methods=("soft-prompt",))

@@ -50,6 +50,7 @@ def write_run(
     partial: bool = False,
     cloze_correct: Sequence[bool] | None = None,
     tuning: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path:
     """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
     n = len(correct)
@@ -106,7 +107,7 @@ def write_run(
         "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
         "chat_template": False, "engine": {"backend": "hf"}, "truncated_prompts": 0, "unscorable": 0,
         "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method in TUNED_METHODS else None,
-        "config": {}, "versions": {"python": "3.11"}, "git": None,
+        "config": config or {}, "versions": {"python": "3.11"}, "git": None,
         "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
         "wall_seconds": 60.0,
         "samples_count": n, "samples_sha256": hashlib.sha256(text.encode()).hexdigest(),

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from softeval.analysis.paired import PairedTest, paired_test
 from softeval.analysis.post_scores import PostScores, boot_post_scores, check_pairs
 from softeval.analysis.ranking_stats import (
     MIN_BOOT,
@@ -44,8 +43,6 @@ PER_ITEM: dict[str, tuple[str, str | None]] = {
     "circular_accuracy": ("circular_correct", None),
     "knowledge_accuracy": ("correct", "format_ok"),  # a ratio: correct among format-following items
 }
-# Paired significance: soft-prompt against each prompting method, on the same model and items.
-PAIRED = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"))
 POST_METHODS = (*METHODS, "best")
 MIN_PAIRS = 3
 
@@ -72,7 +69,7 @@ class Correlation:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         del data["boot_tau"], data["boot_rho"]
-        return _clean(data)
+        return json_safe(data)
 
 
 @dataclass
@@ -96,7 +93,7 @@ class Comparison:
         return f"{self.post_method} {self.metric}"
 
     def to_json(self) -> dict[str, Any]:
-        return _clean({
+        return json_safe({
             "metric": self.metric, "post_method": None if self.post_file else self.post_method,
             "post_scores_file": self.post_file, "post_side": self.post_side, "pairs": [list(p) for p in self.pairs],
             "n_boot": self.n_boot, "confidence": 0.95,
@@ -277,51 +274,6 @@ def samples_of(run: Run) -> list[dict[str, Any]]:
     return run.samples if run.samples is not None else read_samples(run.path)
 
 
-def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
-    """Per (task, model, method) the run of the lowest seed: the runs that paired tests compare."""
-    first: dict[tuple[str, str, str], Run] = {}
-    for run in sorted(runs, key=lambda r: r.seed):
-        first.setdefault((run.task, run.model_key, run.method), run)
-    return first
-
-
-def paired_method_tests(runs: list[Run], metric: str = "accuracy",
-                        pairs: Sequence[tuple[str, str]] = PAIRED) -> list[PairedRow]:
-    """McNemar's exact test and the paired difference of each pair of methods (default: soft-prompt
-    against zero-shot and against few-shot), per task and model, on the items both runs scored (one
-    seed each: the lowest; a test whose runs lack samples.jsonl is left out)."""
-    if metric not in PER_ITEM:
-        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
-    first = first_runs(runs)
-    tests = []
-    for task, model in sorted({(t, m) for t, m, _ in first}):
-        for a, b in pairs:
-            run_a, run_b = first.get((task, model, a)), first.get((task, model, b))
-            if run_a is None or run_b is None:
-                continue
-            try:
-                outcome_a, outcome_b = item_outcomes(run_a, metric), item_outcomes(run_b, metric)
-            except (OSError, ValueError, KeyError):
-                continue
-            test = paired_test(a, b, outcome_a, outcome_b)
-            if test.n:
-                tests.append(PairedRow(task, model, metric, test))
-    return tests
-
-
-@dataclass
-class PairedRow:
-    """A paired test of two methods of one model on one task."""
-
-    task: str
-    model: str
-    metric: str
-    test: PairedTest
-
-    def to_json(self) -> dict[str, Any]:
-        return _clean({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json()})
-
-
 def _best_own_method(runs: list[Run], metric: str) -> str | None:
     """The method under which a post-trained model scores highest (by results.json, seeds averaged)."""
     by_method: dict[str, list[float]] = {}
@@ -380,12 +332,12 @@ def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: nan becomes null, numpy scalars become floats."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (float, np.floating)):
         return None if not np.isfinite(value) else float(value)
     return value

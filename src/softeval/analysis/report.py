@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from softeval.analysis import plots
-from softeval.analysis.compare import Comparison, compare_runs, load_runs, paired_method_tests, samples_of
+from softeval.analysis.compare import Comparison, compare_runs, load_runs, samples_of
 from softeval.analysis.groups import GroupScore, group_scores
+from softeval.analysis.pairs import paired_method_tests
 from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import render as render_template

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from softeval.analysis.compare import PairedRow, first_runs, paired_method_tests
 from softeval.analysis.paired import PairedTest
+from softeval.analysis.pairs import PairedRow, first_runs, paired_method_tests
 from softeval.metrics import FOLLOWS_FORMAT, Z95
 from softeval.store.format import Run
 
@@ -230,6 +230,14 @@ def reference_of(run: Run | None) -> Reference | None:
     return None
 
 
+def other_settings(differs: Sequence[str], baseline: str, treated: str) -> str:
+    """The sentence where two runs differ in more than their method (``PairedRow.differs``): no reading of it."""
+    named = "; ".join(differs[:2]) + (f"; and {len(differs) - 2} more" if len(differs) > 2 else "")
+    return (f"not judged: the {treated} and {baseline} runs differ in more than their method ({named}), so their "
+            "difference is not the method's alone; score both with the same settings (--force replaces a finished "
+            "run)")
+
+
 def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> list[Verdict]:
     """Per task and model (lowest seed of each method): soft-prompt against zero-shot and few-shot, or
     few-shot against zero-shot when there is no soft-prompt run. ``tests``: the paired tests of
@@ -242,7 +250,8 @@ def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> l
             continue
         run_a, run_b = first[(row.task, row.model, a)], first[(row.task, row.model, b)]
         base, treated = side_of(run_a), side_of(run_b)
-        rule, sentence = judge(row.test, base, treated)
+        rule, sentence = ("other-settings", other_settings(row.differs, a, b)) if row.differs \
+            else judge(row.test, base, treated)
         out.append(Verdict(row.task, run_a.model, base, treated, row.test,
                            reference_of(first.get((row.task, row.model, "zero-shot"))), rule, sentence))
     return out

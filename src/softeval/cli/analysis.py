@@ -20,13 +20,12 @@ from softeval.analysis.compare import (
     PER_ITEM,
     POST_METHODS,
     Comparison,
-    PairedRow,
     compare_runs,
     load_runs,
-    paired_method_tests,
     parse_pairs,
 )
 from softeval.analysis.groups import group_scores
+from softeval.analysis.pairs import PairedRow, paired_method_tests
 from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
@@ -190,6 +189,11 @@ def _print_paired(console: Console, rows: list[PairedRow]) -> None:
             f"{row.task} · {row.model}", t.a, str(t.n), f"{_num(t.accuracy_a)} → {_num(t.accuracy_b)}",
             f"{t.difference:+.3f} {_ci(t.ci_low, t.ci_high)}", f"{t.a_only} / {t.b_only}", _p(t.p_value))))
     console.print(table)
+    for row in rows:
+        if row.differs:
+            console.print(f"note: {row.task} · {row.model}, {row.test.b} vs {row.test.a}: the runs differ in more than "
+                          f"their method ({'; '.join(row.differs)}); the difference is not the method's alone",
+                          style="yellow", markup=False, highlight=False)
 
 
 def _p(value: float | None) -> str:

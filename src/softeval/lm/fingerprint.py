@@ -1,5 +1,5 @@
 """What a model folder is, not where it lies: ``checkpoint_fingerprint``, the digest a checkpoint of a
-series is identified by in a run's identity (store/runs.py FINGERPRINT), so a moved or renamed series
+series is identified by in a run's identity (store/identity.py FINGERPRINT), so a moved or renamed series
 folder keeps its runs. Read from the files that loading the model reads."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from softeval.lm.models import pick_device, pick_dtype
 from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
-from softeval.store.runs import FINGERPRINT, TUNE_DTYPE_RESOLVED
+from softeval.store.identity import FINGERPRINT, TUNE_DTYPE_RESOLVED
 from softeval.tasks import builtin_revision
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
@@ -196,8 +196,8 @@ class RunConfig:
 
     def options(self, method: str, here: bool = True) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of
-        them but ``store.runs.NOT_IDENTITY``. ``here``: this machine runs it, so what ``auto`` options
-        resolve to here is part of it (``store.runs.MACHINE_RESOLVED``: the tuning dtype)."""
+        them but ``store.identity.NOT_IDENTITY``. ``here``: this machine runs it, so what ``auto`` options
+        resolve to here is part of it (``store.identity.MACHINE_RESOLVED``: the tuning dtype)."""
         data = asdict(self)
         data["method"] = method
         data.pop("methods")
@@ -218,7 +218,7 @@ class RunConfig:
         lm_eval = lmeval_identity(self.task, self.include_path)
         if lm_eval is not None:  # an lm-eval task is its YAML's content and lm-eval's version, not its name alone
             data[LM_EVAL] = lm_eval
-        if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (runs.FINGERPRINT)
+        if self.series is not None:  # a checkpoint is what its folder holds, not where it lies (identity.FINGERPRINT)
             data[FINGERPRINT] = checkpoint_fingerprint(Path(self.model))
         return data
 

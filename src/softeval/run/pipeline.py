@@ -39,9 +39,10 @@ from softeval.run.scoring import (
 from softeval.run.tuned import lora_settings, tune_lora, tune_soft_prompt
 from softeval.run.validate import check_config
 from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
+from softeval.store.identity import identity_of
 from softeval.store.locking import describe
 from softeval.store.record import Results
-from softeval.store.runs import REDO, RunFolder, git_hash, identity_of, jsonl_text, now, versions
+from softeval.store.runs import REDO, RunFolder, git_hash, jsonl_text, now, versions
 from softeval.tasks import get_task
 from softeval.tasks.data import seeded_subset
 

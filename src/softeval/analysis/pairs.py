@@ -1,0 +1,66 @@
+"""Paired tests of two methods on one model and task: the runs compared (the lowest seed of each method), McNemar's
+exact test and Tango's interval on the items both scored (analysis/paired.py), and what besides the method sets the
+two runs apart (store.identity.setting_diff), which the verdicts and `softeval compare` name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from softeval.analysis.compare import PER_ITEM, item_outcomes, json_safe
+from softeval.analysis.paired import PairedTest, paired_test
+from softeval.errors import UserError, shown
+from softeval.store.format import Run
+from softeval.store.identity import setting_diff
+
+# Paired significance: soft-prompt against each prompting method, on the same model and items.
+PAIRED = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"))
+
+
+def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
+    """Per (task, model, method) the run of the lowest seed: the runs that paired tests compare."""
+    first: dict[tuple[str, str, str], Run] = {}
+    for run in sorted(runs, key=lambda r: r.seed):
+        first.setdefault((run.task, run.model_key, run.method), run)
+    return first
+
+
+def paired_method_tests(runs: list[Run], metric: str = "accuracy",
+                        pairs: Sequence[tuple[str, str]] = PAIRED) -> list[PairedRow]:
+    """McNemar's exact test and the paired difference of each pair of methods (default: soft-prompt
+    against zero-shot and against few-shot), per task and model, on the items both runs scored (one
+    seed each: the lowest; a test whose runs lack samples.jsonl is left out)."""
+    if metric not in PER_ITEM:
+        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
+    first = first_runs(runs)
+    tests = []
+    for task, model in sorted({(t, m) for t, m, _ in first}):
+        for a, b in pairs:
+            run_a, run_b = first.get((task, model, a)), first.get((task, model, b))
+            if run_a is None or run_b is None:
+                continue
+            try:
+                outcome_a, outcome_b = item_outcomes(run_a, metric), item_outcomes(run_b, metric)
+            except (OSError, ValueError, KeyError):
+                continue
+            test = paired_test(a, b, outcome_a, outcome_b)
+            if test.n:
+                differs = setting_diff(run_a.results.get("config") or {}, run_b.results.get("config") or {})
+                tests.append(PairedRow(task, model, metric, test, tuple(differs)))
+    return tests
+
+
+@dataclass
+class PairedRow:
+    """A paired test of two methods of one model on one task."""
+
+    task: str
+    model: str
+    metric: str
+    test: PairedTest
+    differs: tuple[str, ...] = ()  # what besides the method sets the two runs apart (store.identity.setting_diff)
+
+    def to_json(self) -> dict[str, Any]:
+        return json_safe({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json(),
+                       "settings_differ": list(self.differs)})

@@ -1,0 +1,36 @@
+"""What besides the method sets two runs apart (store.identity.setting_diff): the options both methods read, but
+those a paired test accounts for; property: a run's settings under another method differ in nothing."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from softeval.run.config import RunConfig
+from softeval.store.identity import setting_diff
+
+ZERO = RunConfig(model="m", task="gsm8k").options("zero-shot", here=False)
+SOFT = RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)
+
+
+def test_one_command_runs_differ_in_nothing_but_their_method():
+    assert setting_diff(ZERO, SOFT) == []
+
+
+def test_options_only_one_method_reads_and_the_scored_item_set_are_not_differences():
+    soft = {**SOFT, "lr": 0.3, "steps": 40, "init": "instruction"}
+    assert setting_diff({**ZERO, "limit": 100, "eval_batch_size": 4, "permutations": 2}, soft) == []
+
+
+def test_shared_settings_and_an_unrecorded_task_revision_are_named():
+    old = {k: v for k, v in ZERO.items() if k != "task_revision"}  # written before GSM8K's revision 2
+    assert setting_diff(old, SOFT) == ["task_revision: not recorded -> 2"]
+    assert setting_diff({**ZERO, "dtype": "bfloat16"}, SOFT) == [f"dtype: 'bfloat16' -> {SOFT['dtype']!r}"]
+
+
+@given(st.sampled_from(["zero-shot", "few-shot", "soft-prompt", "lora"]),
+       st.sampled_from(["zero-shot", "few-shot", "soft-prompt", "lora"]),
+       st.integers(0, 3), st.sampled_from(["mmlu", "gsm8k", "boolq"]))
+def test_property_the_same_settings_under_two_methods_differ_in_nothing(a, b, seed, task):
+    config = RunConfig(model="m", task=task, seed=seed)
+    assert setting_diff(config.options(a, here=False), config.options(b, here=False)) == []
