@@ -149,3 +149,24 @@ def test_compare_reports_paired_tests_without_pairs(tmp_path, capsys):
     args = parser.parse_args(["compare", str(tmp_path)])
     assert args.handler(args) == 0
     assert "McNemar" in capsys.readouterr().out
+
+
+def test_two_methods_are_compared_on_the_lowest_seed_both_ran(tmp_path):
+    """Zero-shot of seeds 0 and 1, the soft prompt of seed 1 only: seed 1 against seed 1 (once zero-shot's seed 0
+    against the soft prompt's seed 1); with no seed in common each one's lowest, and the seeds are named."""
+    from runfactory import write_run
+
+    n = 20
+    for seed, right in ((0, 2), (1, 5)):
+        write_run(tmp_path, "m", "mmlu", "zero-shot", [i < right for i in range(n)], seed=seed,
+                  config={"seed": seed, "method": "zero-shot"})
+    write_run(tmp_path, "m", "mmlu", "soft-prompt", [i < 10 for i in range(n)], seed=1,
+              config={"seed": 1, "method": "soft-prompt"})
+    (row,) = paired_method_tests(load_runs(tmp_path)[0])
+    assert (row.test.accuracy_a, row.test.accuracy_b, row.differs) == (0.25, 0.5, ())
+    assert [r.seed for r in row.runs] == [1, 1]
+    other = tmp_path / "other"
+    write_run(other, "m", "mmlu", "zero-shot", [False] * n, seed=0, config={"seed": 0, "method": "zero-shot"})
+    write_run(other, "m", "mmlu", "soft-prompt", [True] * n, seed=2, config={"seed": 2, "method": "soft-prompt"})
+    (row,) = paired_method_tests(load_runs(other)[0])
+    assert row.differs == ("seed: 0 -> 2",)

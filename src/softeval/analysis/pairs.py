@@ -1,11 +1,12 @@
-"""Paired tests of two methods on one model and task: the runs compared (the lowest seed of each method), McNemar's
+"""Paired tests of two methods on one model and task: the runs compared (one seed: pair_of), McNemar's
 exact test and Tango's interval on the items both scored (analysis/paired.py), and what besides the method sets the
-two runs apart (store.identity.setting_diff), which the verdicts and `softeval compare` name."""
+two runs apart (store.identity.setting_diff), which the verdicts and `softeval compare` name. Two methods are
+compared on one seed, the lowest both ran (pair_of)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from softeval.analysis.compare import PER_ITEM, item_outcomes, json_safe
@@ -18,28 +19,35 @@ from softeval.store.identity import setting_diff
 PAIRED = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"))
 
 
-def first_runs(runs: Sequence[Run]) -> dict[tuple[str, str, str], Run]:
-    """Per (task, model, method) the run of the lowest seed: the runs that paired tests compare."""
-    first: dict[tuple[str, str, str], Run] = {}
-    for run in sorted(runs, key=lambda r: r.seed):
-        first.setdefault((run.task, run.model_key, run.method), run)
-    return first
+def runs_by_seed(runs: Sequence[Run]) -> dict[tuple[str, str, str], dict[int, Run]]:
+    """Per (task, model, method) its runs by seed."""
+    found: dict[tuple[str, str, str], dict[int, Run]] = {}
+    for run in runs:
+        found.setdefault((run.task, run.model_key, run.method), {}).setdefault(run.seed, run)
+    return found
+
+
+def pair_of(a: dict[int, Run], b: dict[int, Run]) -> tuple[Run, Run]:
+    """The two runs a paired test compares: those of the lowest seed both methods ran, else each one's lowest
+    (then setting_diff names the seeds)."""
+    common = sorted(set(a) & set(b))
+    return (a[common[0]], b[common[0]]) if common else (a[min(a)], b[min(b)])
 
 
 def paired_method_tests(runs: list[Run], metric: str = "accuracy",
                         pairs: Sequence[tuple[str, str]] = PAIRED) -> list[PairedRow]:
     """McNemar's exact test and the paired difference of each pair of methods (default: soft-prompt
     against zero-shot and against few-shot), per task and model, on the items both runs scored (one
-    seed each: the lowest; a test whose runs lack samples.jsonl is left out)."""
+    seed each: pair_of; a test whose runs lack samples.jsonl is left out)."""
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
-    first = first_runs(runs)
+    found = runs_by_seed(runs)
     tests = []
-    for task, model in sorted({(t, m) for t, m, _ in first}):
+    for task, model in sorted({(t, m) for t, m, _ in found}):
         for a, b in pairs:
-            run_a, run_b = first.get((task, model, a)), first.get((task, model, b))
-            if run_a is None or run_b is None:
+            if (task, model, a) not in found or (task, model, b) not in found:
                 continue
+            run_a, run_b = pair_of(found[(task, model, a)], found[(task, model, b)])
             try:
                 outcome_a, outcome_b = item_outcomes(run_a, metric), item_outcomes(run_b, metric)
             except (OSError, ValueError, KeyError):
@@ -47,7 +55,7 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy",
             test = paired_test(a, b, outcome_a, outcome_b)
             if test.n:
                 differs = setting_diff(run_a.results.get("config") or {}, run_b.results.get("config") or {})
-                tests.append(PairedRow(task, model, metric, test, tuple(differs)))
+                tests.append(PairedRow(task, model, metric, test, tuple(differs), (run_a, run_b)))
     return tests
 
 
@@ -60,6 +68,7 @@ class PairedRow:
     metric: str
     test: PairedTest
     differs: tuple[str, ...] = ()  # what besides the method sets the two runs apart (store.identity.setting_diff)
+    runs: tuple[Run, Run] | None = field(default=None, compare=False, repr=False)  # the two runs compared
 
     def to_json(self) -> dict[str, Any]:
         return json_safe({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json(),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from softeval.analysis.paired import PairedTest
-from softeval.analysis.pairs import PairedRow, first_runs, paired_method_tests
+from softeval.analysis.pairs import PairedRow, paired_method_tests, runs_by_seed
 from softeval.metrics import FOLLOWS_FORMAT, Z95
 from softeval.store.format import Run
 
@@ -239,19 +239,20 @@ def other_settings(differs: Sequence[str], baseline: str, treated: str) -> str:
 
 
 def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> list[Verdict]:
-    """Per task and model (lowest seed of each method): soft-prompt against zero-shot and few-shot, or
+    """Per task and model (the runs of one seed: pairs.pair_of): soft-prompt against zero-shot and few-shot, or
     few-shot against zero-shot when there is no soft-prompt run. ``tests``: the paired tests of
     ``PAIRS`` on accuracy when the caller has them already (``paired_method_tests(runs, pairs=PAIRS)``)."""
-    first = first_runs(runs)
+    found = runs_by_seed(runs)
     out = []
     for row in paired_method_tests(runs, pairs=PAIRS) if tests is None else tests:
         a, b = row.test.a, row.test.b
-        if b == "few-shot" and (row.task, row.model, "soft-prompt") in first:
+        if b == "few-shot" and (row.task, row.model, "soft-prompt") in found:
             continue
-        run_a, run_b = first[(row.task, row.model, a)], first[(row.task, row.model, b)]
+        run_a, run_b = row.runs
         base, treated = side_of(run_a), side_of(run_b)
         rule, sentence = ("other-settings", other_settings(row.differs, a, b)) if row.differs \
             else judge(row.test, base, treated)
+        zero = found.get((row.task, row.model, "zero-shot"), {})
         out.append(Verdict(row.task, run_a.model, base, treated, row.test,
-                           reference_of(first.get((row.task, row.model, "zero-shot"))), rule, sentence))
+                           reference_of(zero.get(run_b.seed) or (zero[min(zero)] if zero else None)), rule, sentence))
     return out
