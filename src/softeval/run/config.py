@@ -27,14 +27,13 @@ from softeval.lm.models import pick_device, pick_dtype
 from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
-from softeval.store.identity import FINGERPRINT, TUNE_DTYPE_RESOLVED
+from softeval.store.identity import FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
 from softeval.tasks import builtin_revision
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
 LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
-TASK_REVISION = "task_revision"  # a built-in task's definition (tasks.base.Task.revision), from 2 on
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval

@@ -44,6 +44,10 @@ NOT_RECORDED = "not recorded"
 FINGERPRINT = "model_fingerprint"
 
 
+# A built-in task's definition (tasks.base.Task.revision), recorded from 2 on: a run written before ran 1.
+TASK_REVISION = "task_revision"
+
+
 def fingerprinted(options: dict) -> bool:
     """Whether ``options`` identify the model by its fingerprint (a checkpoint of a series)."""
     return isinstance(options.get(FINGERPRINT), str)
@@ -81,6 +85,8 @@ def identity_diff(old: dict, new: dict) -> list[str]:
                 else f"those of {paths[0]}, which the run scored"
             return (f"{key}: the contents of checkpoint {paths[1]} differ from {was} "
                     f"({old[key][:12]}… -> {new[key][:12]}…)")
+        if key == TASK_REVISION:
+            return f"{key}: {show(old, key)} -> {show(new, key)}, the task's definition changed (docs/tasks.md)"
         if key.endswith("_sha256") and isinstance(old.get(key), str) and isinstance(new.get(key), str):
             return f"{key}: the contents differ ({old[key][:12]}… -> {new[key][:12]}…)"
         return f"{key}: {show(old, key)} -> {show(new, key)}"
