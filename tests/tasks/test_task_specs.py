@@ -69,6 +69,8 @@ def test_softeval_tasks_shows_a_task_s_own_source_example(monkeypatch, capsys):
     hub_only = replace(TASKS["belebele"], name="hub_only", sources=("hub",), source_example="")
     monkeypatch.setattr(app, "TASKS", {"belebele": TASKS["belebele"], "hub_only": hub_only})
     assert app.main(["tasks", "--json"]) == 0
-    notes = {row["name"]: row["note"] for row in json.loads(capsys.readouterr().out)}
+    rows = json.loads(capsys.readouterr().out)
+    notes = {row["name"]: row["note"] for row in rows}
     assert notes == {"belebele": "no offline source: use --source hub or file (e.g. hub:fra_Latn)",
                      "hub_only": "no offline source: use --source hub"}
+    assert [row["revision"] for row in rows] == [1, 1]  # the definition's number (run identity from 2 on)

@@ -252,8 +252,9 @@ def cmd_tasks(args) -> int:
         return _lm_eval_tasks(args)
     rows = []
     for task in TASKS.values():
-        row = {"name": task.name, "description": task.description, "multiple_choice": task.multiple_choice,
-               "sources": list(task.sources), "source": args.source, "tune_split": None, "eval_split": None,
+        row = {"name": task.name, "description": task.description, "revision": task.revision,
+               "multiple_choice": task.multiple_choice, "sources": list(task.sources), "source": args.source,
+               "tune_split": None, "eval_split": None,
                "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,
                "dropped_test_duplicates": 0}
         source_kind = args.source if args.source in ("offline", "hub") else "file"
