@@ -1,7 +1,6 @@
-"""Paired tests of two methods on one model and task: the runs compared (one seed: pair_of), McNemar's
-exact test and Tango's interval on the items both scored (analysis/paired.py), and what besides the method sets the
-two runs apart (store.identity.setting_diff), which the verdicts and `softeval compare` name. Two methods are
-compared on one seed, the lowest both ran (pair_of)."""
+"""Paired tests of two methods on one model and task: the runs compared (one seed, the lowest both methods ran:
+pair_of), McNemar's exact test and Tango's interval on the items both scored (analysis/paired.py), and what besides
+the method sets the two runs apart (store.identity.setting_diff), which the verdicts and `softeval compare` name."""
 
 from __future__ import annotations
 
@@ -72,4 +71,4 @@ class PairedRow:
 
     def to_json(self) -> dict[str, Any]:
         return json_safe({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json(),
-                       "settings_differ": list(self.differs)})
+                          "settings_differ": list(self.differs)})
