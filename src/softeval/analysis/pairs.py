@@ -66,8 +66,8 @@ class PairedRow:
     model: str
     metric: str
     test: PairedTest
-    differs: tuple[str, ...] = ()  # what besides the method sets the two runs apart (store.identity.setting_diff)
-    runs: tuple[Run, Run] | None = field(default=None, compare=False, repr=False)  # the two runs compared
+    differs: tuple[str, ...]  # what besides the method sets the two runs apart (store.identity.setting_diff)
+    runs: tuple[Run, Run] = field(compare=False, repr=False)  # the two runs compared (pair_of)
 
     def to_json(self) -> dict[str, Any]:
         return json_safe({"task": self.task, "model": self.model, "metric": self.metric, **self.test.to_json(),

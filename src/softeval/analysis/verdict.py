@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from softeval.analysis.paired import PairedTest
-from softeval.analysis.pairs import PairedRow, paired_method_tests, runs_by_seed
+from softeval.analysis.pairs import PairedRow, pair_of, paired_method_tests, runs_by_seed
 from softeval.metrics import FOLLOWS_FORMAT, Z95
 from softeval.store.format import Run
 
@@ -252,7 +252,7 @@ def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> l
         base, treated = side_of(run_a), side_of(run_b)
         rule, sentence = ("other-settings", other_settings(row.differs, a, b)) if row.differs \
             else judge(row.test, base, treated)
-        zero = found.get((row.task, row.model, "zero-shot"), {})
-        out.append(Verdict(row.task, run_a.model, base, treated, row.test,
-                           reference_of(zero.get(run_b.seed) or (zero[min(zero)] if zero else None)), rule, sentence))
+        zero = found.get((row.task, row.model, "zero-shot"))  # the reference: zero-shot of the treated run's seed
+        reference = reference_of(pair_of(zero, {run_b.seed: run_b})[0] if zero else None)
+        out.append(Verdict(row.task, run_a.model, base, treated, row.test, reference, rule, sentence))
     return out
