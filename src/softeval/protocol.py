@@ -24,6 +24,11 @@ LORA_FORMAT_VERSION = 1
 BASE, POST_TRAINED = "base", "post-trained"
 KINDS = (BASE, POST_TRAINED)
 
+# What a task's targets are (``Task.target_kind``): a letter, a word or a short answer on one line, or a worked
+# solution whose last line is the answer ("#### 42"); the tuning defaults of the second (run/config.py).
+ONE_LINE, WORKED_SOLUTION = "one-line", "worked-solution"
+TARGET_KINDS = (ONE_LINE, WORKED_SOLUTION)
+
 # `--chat-template`: auto (on for a post-trained model whose tokenizer has a template), on, off.
 CHAT_TEMPLATES = ("auto", "on", "off")
 

@@ -8,7 +8,7 @@ import pytest
 
 from softeval.cli import app
 from softeval.errors import UserError
-from softeval.run.config import COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig, resolved_tune_dtype
+from softeval.run.config import BY_TARGET, COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig, resolved_tune_dtype
 from softeval.run.tune import TuneConfig
 from softeval.run.validate import check_config
 from softeval.sweep.entries import MODEL_KEYS, TASK_KEYS
@@ -28,7 +28,9 @@ def test_every_flag_is_its_table_row(command, groups):
         row = OPTIONS[key]
         assert action.option_strings[0] == row.flag
         assert action.required == row.required
-        if not row.required:
+        if row.by_target:  # not given: the task's default (test_target_defaults.py)
+            assert action.default is BY_TARGET and getattr(RunConfig, key) is BY_TARGET
+        elif not row.required:
             assert action.default == row.default and action.default == getattr(RunConfig, key)
         # a tuple, or the backend registry's live view of its names
         assert (tuple(action.choices) if action.choices else None) == (None if row.choices is None

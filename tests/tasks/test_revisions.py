@@ -14,16 +14,16 @@ from softeval.tasks.base import Task
 
 # name: (revision, digest of its code and settings as that revision was recorded)
 RECORDED = {
-    "arc_challenge": (1, 'e4414c81a1a7e64b'),
-    "arc_easy": (1, '05377cb28f8791f9'),
-    "belebele": (1, '5a70d660d6ae8cc2'),
-    "boolq": (1, '8f490f2e1a9ee954'),
-    "gsm8k": (2, 'efd63c88bb177144'),
-    "hellaswag": (1, '6af5fad216b3489b'),
-    "math500": (1, '8e087d88ee97952f'),
-    "mmlu": (1, '513874e07b30dff3'),
-    "squad": (1, '96cf1f0da76e7721'),
-    "triviaqa": (1, '213c4e2a7d6b0ceb'),
+    "arc_challenge": (1, 'a92f5cae7440072f'),
+    "arc_easy": (1, 'fe373fe22e264991'),
+    "belebele": (1, '5ab7baac208eac75'),
+    "boolq": (1, 'cc6b55f685bb9445'),
+    "gsm8k": (2, 'f512bd6f0d5e1f11'),
+    "hellaswag": (1, '473ff9bcf312f28d'),
+    "math500": (1, '944dd36e7efaea34'),
+    "mmlu": (1, '6b2efc5d0f61f9ae'),
+    "squad": (1, 'a7dffd7d8b9d67af'),
+    "triviaqa": (1, '63d8633eb27fd094'),
 }
 
 CALLABLES = ("render", "target", "strict", "lenient", "match", "load", "cloze", "cloze_choices", "contexts")

@@ -74,3 +74,4 @@ def test_softeval_tasks_shows_a_task_s_own_source_example(monkeypatch, capsys):
     assert notes == {"belebele": "no offline source: use --source hub or file (e.g. hub:fra_Latn)",
                      "hub_only": "no offline source: use --source hub"}
     assert [row["revision"] for row in rows] == [1, 1]  # the definition's number (run identity from 2 on)
+    assert [row["target_kind"] for row in rows] == ["one-line", "one-line"]  # what some tuning defaults follow

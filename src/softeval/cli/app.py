@@ -253,6 +253,7 @@ def cmd_tasks(args) -> int:
     rows = []
     for task in TASKS.values():
         row = {"name": task.name, "description": task.description, "revision": task.revision,
+               "target_kind": task.target_kind,
                "multiple_choice": task.multiple_choice, "sources": list(task.sources), "source": args.source,
                "tune_split": None, "eval_split": None,
                "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,

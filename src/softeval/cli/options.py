@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from softeval.run.config import OPTIONS, Option
+from softeval.run.config import BY_TARGET, OPTIONS, Option
 
 
 class KeyValues(argparse.Action):
@@ -33,6 +33,16 @@ def typed_value(text: str):
     return text
 
 
+def or_none(kind: type):
+    """A nullable number's flag type: the number, or ``none`` for "not set" (``--answer-share none``)."""
+
+    def read(text: str):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    read.__name__ = kind.__name__  # argparse names the type in its error: "invalid float value: 'x'"
+    return read
+
+
 def add_options(p: argparse.ArgumentParser, where: str) -> None:
     """The flags of the table's rows given ``where`` (COMMON, TUNING or EVAL), in the table's order."""
     for row in OPTIONS.values():
@@ -51,9 +61,9 @@ def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False)
     elif row.required:
         kwargs = {"required": True}
     else:
-        kwargs = {"default": row.default}
+        kwargs = {"default": BY_TARGET if row.by_target else row.default}  # argparse leaves a non-text default be
         if row.type is not str:
-            kwargs["type"] = row.type
+            kwargs["type"] = or_none(row.type) if row.nullable else row.type
         if row.choices is not None:
             kwargs["choices"] = list(row.choices)
         if row.metavar is not None:

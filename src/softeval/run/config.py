@@ -26,15 +26,40 @@ from softeval.lm.lora import LORA_TARGETS
 from softeval.lm.models import pick_device, pick_dtype
 from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
-from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS
+from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS, WORKED_SOLUTION
 from softeval.store.identity import FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
-from softeval.tasks import builtin_revision
+from softeval.tasks import TASKS, builtin_revision, builtin_target_kind
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
 LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
+
+# The tuning options whose default depends on what the task's targets are (``Task.target_kind``): a built-in task
+# whose targets are worked solutions ending in an answer line (GSM8K, MATH-500) tunes with these, every other task
+# with the table's defaults (chosen on multiple choice). docs/design.md, "Defaults by kind of target", has the runs
+# that chose them: with the table's defaults GSM8K's soft prompt wrote its format on 0.10 of the items.
+TARGET_DEFAULTS: dict[str, dict[str, Any]] = {
+    WORKED_SOLUTION: {"lr": 0.3, "lr_schedule": "linear", "init": "instruction", "answer_share": 0.5},
+}
+
+
+class _ByTarget:
+    """The field default of such an option: "not given", which ``RunConfig`` replaces by its task's default."""
+
+    def __repr__(self) -> str:
+        return "BY_TARGET"
+
+
+BY_TARGET = _ByTarget()
+
+
+def on_worked_solutions(key: str) -> str:
+    """The help's words on an option's default for worked solutions."""
+    names = ", ".join(name for name, task in TASKS.items() if task.target_kind == WORKED_SOLUTION)
+    return f"{TARGET_DEFAULTS[WORKED_SOLUTION][key]} on tasks whose targets are worked solutions: {names}"
+
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
 # only ("eval"). Every option but those with sweep=False may also be set in a sweep file.
@@ -59,6 +84,9 @@ class Option:
     required: bool = False  # on the command line (a sweep file names models and tasks its own way)
     metavar: str | None = None
     flag_name: str | None = None  # the flag, where it is not --KEY (a dict's flag names one entry)
+    # its default depends on the task's kind of target (TARGET_DEFAULTS; ``default`` is the one-line targets'):
+    # not given, the field is BY_TARGET until RunConfig resolves it
+    by_target: bool = False
 
     @property
     def flag(self) -> str:
@@ -69,7 +97,9 @@ def option(type_: type, default: Any, help: str, **row: Any):
     """A RunConfig field that is an option; ``row``: the rest of its Option. A required option is a
     field without a default."""
     metadata = {"option": dict(type=type_, default=default, help=help, **row)}
-    return field(metadata=metadata) if row.get("required") else field(default=default, metadata=metadata)
+    if row.get("required"):
+        return field(metadata=metadata)
+    return field(default=BY_TARGET if row.get("by_target") else default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -132,16 +162,19 @@ class RunConfig:
                                  "the file and row)")
     steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
     tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
-    lr: float = option(float, 3e-2, "AdamW learning rate (default %(default)s)", where=TUNING)
-    lr_schedule: str = option(str, "constant", "constant (the default) or linear: the learning rate falls "
-                              "linearly from --lr to 0 over --steps", choices=LR_SCHEDULES, where=TUNING)
+    lr: float = option(float, 3e-2, f"AdamW learning rate (default 0.03; {on_worked_solutions('lr')})",
+                       where=TUNING, by_target=True)
+    lr_schedule: str = option(str, "constant", "constant or linear: the learning rate falls linearly from --lr to 0 "
+                              f"over --steps (default constant; {on_worked_solutions('lr_schedule')})",
+                              choices=LR_SCHEDULES, where=TUNING, by_target=True)
     answer_share: float | None = option(float, None, "the share of the tuning loss given to each target's last "
                                         "line, the answer line (\"#### 42\"), the rest of the target the remainder, "
-                                        "e.g. 0.5 on reasoning tasks (default: every target token weighs the same)",
-                                        range=(0.01, 0.99), nullable=True, where=TUNING, metavar="SHARE")
-    init: str = option(str, "vocab", 'vocab (default), random, instruction (the task\'s own instruction), text:"...", '
-                       "or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run)",
-                       where=TUNING)
+                                        "or none: every target token weighs the same (default none; "
+                                        f"{on_worked_solutions('answer_share')})", range=(0.01, 0.99), nullable=True,
+                                        where=TUNING, metavar="SHARE", by_target=True)
+    init: str = option(str, "vocab", 'vocab, random, instruction (the task\'s own instruction), text:"...", or '
+                       "from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run); default "
+                       f"vocab, {on_worked_solutions('init')}", where=TUNING, by_target=True)
     batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
     curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
                               range=(1, 1_000_000), where=TUNING)
@@ -181,11 +214,14 @@ class RunConfig:
     step: int | None = None  # ... at this training step
 
     def __post_init__(self) -> None:
-        """A path given as a Path (library use) is the same option as its text."""
+        """A path given as a Path (library use) is the same option as its text; an option not given whose
+        default depends on the task's kind of target takes the task's (``TARGET_DEFAULTS``)."""
         for key, row in OPTIONS.items():
             value = getattr(self, key)
             if row.type is str and isinstance(value, os.PathLike):
                 setattr(self, key, os.fspath(value))
+            elif value is BY_TARGET:
+                setattr(self, key, TARGET_DEFAULTS.get(builtin_target_kind(self.task), {}).get(key, row.default))
 
     @property
     def engine_args(self) -> dict | None:
@@ -227,6 +263,12 @@ def resolved_tune_dtype(config: RunConfig) -> str:
     the run's ``--dtype`` as the model loads in it on this machine's device), without loading the model;
     what tuning then uses (``TuneConfig.of``)."""
     return dtype_name(tuning_dtype(config.tune_dtype, pick_dtype(config.dtype, pick_device(config.device))))
+
+
+def spelled(values: RunConfig | dict, keys=None) -> str:
+    """Options as flags: ``--lr 0.3 --answer-share 0.5``; ``keys``: which of ``values`` (default: all)."""
+    get = values.get if isinstance(values, dict) else lambda key: getattr(values, key)
+    return " ".join(COMMAND_LINE.setting(key, "none" if get(key) is None else get(key)) for key in keys or values)
 
 
 # The option table, in the order the command line lists the flags.

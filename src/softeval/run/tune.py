@@ -36,17 +36,18 @@ from softeval.tasks.base import Example
 
 @dataclass
 class TuneConfig:
-    """The options tuning reads. Its defaults are RunConfig's (the option table); a run builds it from
-    its RunConfig with ``of``. ``weight_decay`` and ``pass_tokens`` are not run options."""
+    """The options tuning reads. Its defaults are RunConfig's (the option table; where a default depends on
+    the task's kind of target, the one-line targets'); a run builds it from its RunConfig with ``of``.
+    ``weight_decay`` and ``pass_tokens`` are not run options."""
 
     num_tokens: int = RunConfig.tokens
-    init: str = RunConfig.init
+    init: str = OPTIONS["init"].default
     steps: int = RunConfig.steps
     batch_size: int = RunConfig.batch_size
-    lr: float = RunConfig.lr
-    lr_schedule: str = RunConfig.lr_schedule
+    lr: float = OPTIONS["lr"].default
+    lr_schedule: str = OPTIONS["lr_schedule"].default
     # the answer line's share of the loss (tuning_loss.answer_line_weights); None: every target token alike
-    answer_share: float | None = RunConfig.answer_share
+    answer_share: float | None = OPTIONS["answer_share"].default
     weight_decay: float = 0.0
     seed: int = RunConfig.seed
     curve_every: int = RunConfig.curve_every

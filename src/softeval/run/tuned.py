@@ -9,13 +9,15 @@ from softeval.consoles import progress_bar
 from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
 from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import FOLLOWS_FORMAT
-from softeval.run.config import RunConfig
+from softeval.protocol import WORKED_SOLUTION
+from softeval.run.config import TARGET_DEFAULTS, RunConfig, spelled
 from softeval.run.tune import TuneConfig, TuneResult, tune
 
+WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 ADVICE = {  # what to try when the held-out format was never reached, per method
     "soft-prompt": "the soft prompt did not learn the format, so its scores are not format-free; try more --steps, "
-                   "another --lr, --init instruction or --init text:\"<the answer format>\", and --answer-share 0.5 "
-                   "where the targets are worked solutions (docs/design.md, the tuning recipe)",
+                   "another --lr, --init instruction or --init text:\"<the answer format>\", and where the targets "
+                   f"are worked solutions {spelled(WORKED)} (docs/design.md, defaults by kind of target)",
     "lora": "the adapter did not learn the format, so its scores are not format-free; try more --steps (or --epochs), "
             "another --lora-lr, and --answer-share 0.5 where the targets are worked solutions (docs/design.md, "
             "train-before-test)",
@@ -62,6 +64,9 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
     method = "soft-prompt" if part is None else part.method
     tcfg = TuneConfig.of(cfg, method, len(job.train))
     what = "soft prompt" if part is None else "LoRA adapter"
+    if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
+        console.print(f"{cfg.task}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
+                      "given, the defaults for worked solutions: docs/design.md)", markup=False, highlight=False)
     with progress_bar(console) as bar:
         bar_id = bar.add_task(f"tuning {what}", total=tcfg.steps)
 

@@ -103,7 +103,7 @@ def level_options(entry: dict, where: str, here: Path) -> dict[str, Any]:
             check_type(key, value, SWEEP_FILE)  # its range and choices: when the job's config is checked
         except UserError as err:
             raise UserError(f"{where}: {err}") from None
-        options[key] = float(value) if row.type is float else value
+        options[key] = float(value) if row.type is float and value is not None else value
     source = options.get("source")
     if source is not None and is_data_file(source):
         options["source"] = str(resolve(here, source))

@@ -22,6 +22,11 @@ def builtin_revision(name: object) -> int | None:
     return TASKS[name].revision if isinstance(name, str) and name in TASKS else None
 
 
+def builtin_target_kind(name: object) -> str | None:
+    """What the built-in task ``name``'s targets are (``Task.target_kind``); None for any other task."""
+    return TASKS[name].target_kind if isinstance(name, str) and name in TASKS else None
+
+
 def get_task(name: str, include_path: str | None = None) -> Task:
     """A built-in task, a user task file, or ``lm-eval:NAME`` (an lm-eval task, found also in
     ``include_path``'s YAMLs)."""
@@ -37,4 +42,4 @@ def get_task(name: str, include_path: str | None = None) -> Task:
                     "them), a task file (.yaml/.yml/.json, see docs/tasks.md), or lm-eval:NAME (an lm-eval task)")
 
 
-__all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "get_task"]
+__all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "builtin_target_kind", "get_task"]

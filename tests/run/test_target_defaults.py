@@ -1,0 +1,118 @@
+"""Some tuning options default by what a task's targets are (run/config.py, TARGET_DEFAULTS): a built-in task of
+worked solutions tunes with the recipe that learned GSM8K's format, every other task with the table's defaults.
+Not given anywhere (flag, sweep file, track, library), an option takes its task's default; given, it wins."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from softeval.cli.app import _config as config_of_args
+from softeval.cli.app import build_parser
+from softeval.protocol import ONE_LINE, TARGET_KINDS, WORKED_SOLUTION
+from softeval.run.config import BY_TARGET, OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
+from softeval.sweep.file import parse_sweep
+from softeval.tasks import TASKS
+
+RECIPE = TARGET_DEFAULTS[WORKED_SOLUTION]
+TABLE = {key: OPTIONS[key].default for key in RECIPE}
+
+
+def recipe_of(config: RunConfig) -> dict:
+    return {key: getattr(config, key) for key in RECIPE}
+
+
+def test_the_options_that_default_by_target_are_the_recipe_s_and_every_task_has_a_kind():
+    assert {key for key, row in OPTIONS.items() if row.by_target} == set(RECIPE)
+    assert set(TARGET_DEFAULTS) <= set(TARGET_KINDS)
+    assert all(task.target_kind in TARGET_KINDS for task in TASKS.values())
+    assert {name for name, task in TASKS.items() if task.target_kind == WORKED_SOLUTION} == {"gsm8k", "math500"}
+    assert RECIPE == {"lr": 0.3, "lr_schedule": "linear", "init": "instruction", "answer_share": 0.5}
+    assert TABLE == {"lr": 0.03, "lr_schedule": "constant", "init": "vocab", "answer_share": None}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_a_built_in_task_tunes_with_its_kind_s_defaults(name):
+    config = RunConfig(model="m", task=name)
+    assert recipe_of(config) == (RECIPE if TASKS[name].target_kind == WORKED_SOLUTION else TABLE)
+    assert BY_TARGET not in vars(config).values()
+
+
+def test_a_task_file_or_an_lm_eval_task_takes_the_table_s_defaults(tmp_path):
+    for task in (str(tmp_path / "mine.yaml"), tmp_path / "mine.yaml", "lm-eval:gsm8k", "nonsense"):
+        assert recipe_of(RunConfig(model="m", task=task)) == TABLE
+
+
+def test_a_given_value_wins_and_none_turns_the_answer_share_off():
+    config = RunConfig(model="m", task="gsm8k", lr=0.1, answer_share=None, init="vocab")
+    assert recipe_of(config) == {"lr": 0.1, "lr_schedule": "linear", "init": "vocab", "answer_share": None}
+    assert recipe_of(replace(config, steps=3)) == recipe_of(config)  # a copy keeps what was resolved
+    assert RunConfig(model="m", task="mmlu", answer_share=0.5).answer_share == 0.5
+
+
+def parsed(*argv: str) -> RunConfig:
+    args = build_parser().parse_args(["run", "--model", "m", *argv])
+    return config_of_args(args, ("soft-prompt",))
+
+
+def test_the_command_line_leaves_what_is_not_given_to_the_task():
+    assert recipe_of(parsed("--task", "gsm8k")) == RECIPE
+    assert recipe_of(parsed("--task", "squad")) == TABLE
+    assert recipe_of(parsed("--task", "gsm8k", "--answer-share", "none", "--lr", "0.05")) == {
+        **RECIPE, "answer_share": None, "lr": 0.05}
+    assert parsed("--task", "mmlu", "--answer-share", "0.25").answer_share == 0.25
+    assert parsed("--task", "mmlu", "--limit", "None").limit is None
+    with pytest.raises(SystemExit):
+        parsed("--task", "mmlu", "--answer-share", "half")
+
+
+def test_a_sweep_file_and_track_leave_it_to_each_task(tmp_path):
+    spec = {"out": str(tmp_path), "models": ["smollm2-135m-instruct"], "tasks": ["gsm8k", "mmlu"],
+            "methods": ["soft-prompt"]}
+    jobs = {job.config.task: job.config for job in parse_sweep(spec, tmp_path / "s.yaml").jobs}
+    assert (recipe_of(jobs["gsm8k"]), recipe_of(jobs["mmlu"])) == (RECIPE, TABLE)
+    jobs = {job.config.task: job.config for job in parse_sweep({**spec, "answer_share": None, "lr": 0.1},
+                                                               tmp_path / "s.yaml").jobs}
+    assert recipe_of(jobs["gsm8k"]) == {**RECIPE, "answer_share": None, "lr": 0.1}
+    assert recipe_of(jobs["mmlu"]) == {**TABLE, "lr": 0.1}
+
+
+def test_a_one_line_task_records_what_runs_before_the_defaults_by_target_recorded():
+    """Runs written before these defaults existed stay finished: a one-line task's record is as it was."""
+    options = RunConfig(model="m", task="mmlu").options("soft-prompt", here=False)
+    assert {key: options.get(key) for key in RECIPE} == TABLE and "answer_share" not in options
+    assert RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)["answer_share"] == 0.5
+
+
+def test_the_recipe_spelled_as_flags():
+    assert spelled(RECIPE) == "--lr 0.3 --lr-schedule linear --init instruction --answer-share 0.5"
+    assert spelled(RunConfig(model="m", task="mmlu"), ["answer_share", "lr"]) == "--answer-share none --lr 0.03"
+    assert ONE_LINE == "one-line"
+
+
+def test_a_gsm8k_run_tunes_with_the_recipe_says_so_and_refuses_a_run_of_the_old_defaults(tmp_path):
+    """A tiny model's GSM8K soft prompt (one step): its config records the recipe, the run says which settings it
+    tunes with, and a finished run of the table's defaults is another run, named by what differs."""
+    import io
+
+    from rich.console import Console
+    from tiny import tiny_lm
+
+    from softeval.run.pipeline import run_job
+    from softeval.store.runs import OtherSettings
+
+    def run(**kw):
+        config = RunConfig(model="tiny-0", task="gsm8k", methods=("soft-prompt",), limit=1, steps=1, batch_size=2,
+                           curve_items=0, eval_batch_size=1, out=str(tmp_path), device="cpu", **kw)
+        console = Console(file=io.StringIO(), width=200)
+        return run_job(config, console=console, lm=tiny_lm())[0], console.file.getvalue()
+
+    old, _ = run(**TABLE)
+    assert {key: old["config"].get(key) for key in RECIPE} == TABLE
+    with pytest.raises(OtherSettings, match=r"lr: 0\.03 -> 0\.3.*lr_schedule: 'constant' -> 'linear'"):
+        run()
+    result, said = run(force=True)
+    assert {key: result["config"][key] for key in RECIPE} == RECIPE
+    assert ("gsm8k's targets are worked solutions: tuning with --lr 0.3 --lr-schedule linear --init instruction "
+            "--answer-share 0.5") in said
