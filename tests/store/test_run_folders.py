@@ -103,7 +103,9 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
     tuning = {"steps", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora
     assert set(identity_of(config.options("few-shot"))) == every - set(NOT_IDENTITY) - tuning
-    assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY) - tuning - {"shots"}
+    # the seed, the tuning batch and the held-out slice pick the tuning pool and the shots: not zero-shot's
+    pool = {"seed", "batch_size", "curve_items"}
+    assert set(identity_of(config.options("zero-shot"))) == every - set(NOT_IDENTITY) - tuning - {"shots"} - pool
     # Output root, --force, --wait: the same run, found and skipped.
     first = run_job(config, lm=tiny_lm())[0]
     moved = tmp_path / "moved"

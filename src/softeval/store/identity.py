@@ -20,8 +20,9 @@ NOT_IDENTITY = (
     "include_path",  # where lm-eval YAMLs lie; what the task's says is its config digest (config.LM_EVAL)
 )
 # Options only some methods read are not part of another method's identity (new tuning settings leave a finished
-# zero-shot run finished). Every method reads tokens (the prompt budget beside the soft prompt), batch_size and
-# curve_items (the held-out tuning items, hence the shots), eval_batch_size. TUNE_DTYPE_RESOLVED: --tune-dtype as the
+# zero-shot run finished). Every method reads tokens (the prompt budget beside the soft prompt) and eval_batch_size;
+# seed, batch_size and curve_items pick the held-out tuning items, hence the tuning pool and the shots, which a
+# zero-shot run does not read (tests/run/test_zero_shot_reads.py). TUNE_DTYPE_RESOLVED: --tune-dtype as the
 # machine running the run resolves it (a run recorded before it: tuning.tune_dtype_ran); a check away from that
 # machine (a remote sweep's driver) leaves it out, and the worker compares it.
 TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
@@ -32,6 +33,7 @@ READ_ONLY_BY = {
     **dict.fromkeys(("lr", "init", "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
     **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
     "shots": ("few-shot",),
+    **dict.fromkeys(("seed", "batch_size", "curve_items"), ("few-shot", *TUNED_METHODS)),
 }
 NOT_RECORDED = "not recorded"
 
