@@ -201,3 +201,11 @@ def test_track_passes_on_every_option_a_sweep_file_may_set(tmp_path):
     assert {k: spec[k] for k in ("permutations", "early_stop", "wait", "chat_template", "length_group")} == {
         "permutations": 2, "early_stop": False, "wait": True, "chat_template": "off", "length_group": 4}
     assert not {"limit", "steps", "backend", "vllm", "skip_bad_rows"} & set(spec)
+    # none given is passed on as None (off), not read as "not given" (the run's default: 0.5 on gsm8k)
+    args = build_parser().parse_args(["track", str(tmp_path), "--task", "gsm8k", "--answer-share", "none"])
+    spec = track_spec(args)
+    assert spec["answer_share"] is None and "lr" not in spec
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / "config.json").write_text("{}")
+    jobs = parse_sweep(spec, tmp_path / "track", command="track").jobs
+    assert {(j.config.answer_share, j.config.lr) for j in jobs} == {(None, 0.3)}

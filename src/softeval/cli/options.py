@@ -52,7 +52,8 @@ def add_options(p: argparse.ArgumentParser, where: str) -> None:
 
 def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
     """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
-    (`softeval track`): not given is None, so the run's own default applies, and the help says it."""
+    (`softeval track`): not given, it is absent from the parsed arguments (``none`` given is None), so the run's own
+    default applies, and the help says it."""
     if row.type is dict:
         kwargs = {"action": KeyValues, "default": None, "metavar": row.metavar, "dest": row.key}
     elif row.type is bool:
@@ -70,6 +71,6 @@ def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False)
             kwargs["metavar"] = row.metavar
     help = row.help
     if passed_on:
-        kwargs["default"] = None
+        kwargs["default"] = argparse.SUPPRESS
         help = help % {"default": row.default}
     p.add_argument(row.flag, help=help, **kwargs)

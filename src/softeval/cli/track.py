@@ -56,9 +56,10 @@ def track_spec(args: argparse.Namespace) -> dict:
     spec = {"out": str(Path(args.out).absolute()), "models": [series], "tasks": tasks,
             "methods": [m.strip() for m in args.method.split(",") if m.strip()], "seeds": args.seed or [0]}
     for key in PASSED:
-        value = getattr(args, key)
-        if value is not None:
-            spec[key] = str(Path(value).absolute()) if key == "source" and Path(value).is_file() else value
+        if hasattr(args, key):  # given (none included); not given: the run's default (add_option)
+            value = getattr(args, key)
+            is_file = key == "source" and isinstance(value, str) and Path(value).is_file()
+            spec[key] = str(Path(value).absolute()) if is_file else value
     return spec
 
 
