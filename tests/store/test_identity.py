@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from softeval.run.config import RunConfig
-from softeval.store.identity import setting_diff
+from softeval.store.identity import identity_diff, setting_diff
 
 ZERO = RunConfig(model="m", task="gsm8k").options("zero-shot", here=False)
 SOFT = RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)
@@ -35,3 +35,15 @@ def test_shared_settings_and_an_unrecorded_task_revision_are_named():
 def test_property_the_same_settings_under_two_methods_differ_in_nothing(a, b, seed, task):
     config = RunConfig(model="m", task=task, seed=seed)
     assert setting_diff(config.options(a, here=False), config.options(b, here=False)) == []
+
+
+def test_a_saved_soft_prompt_scored_again_reads_no_tuning_option():
+    """`softeval eval --soft-prompt` tunes nothing: the tuning options it records (defaults: gsm8k's changed from
+    lr 0.03 to 0.3) are not its identity; the soft prompt's digest is."""
+    saved = {**SOFT, "soft_prompt": "sp", "soft_prompt_sha256": "a" * 64}
+    old = {**saved, "lr": 0.03, "init": "vocab", "lr_schedule": "constant", "tune_dtype_resolved": "bfloat16"}
+    del old["answer_share"]
+    assert identity_diff(old, saved) == []
+    assert identity_diff({**old, "soft_prompt_sha256": "b" * 64}, saved) == [
+        "soft_prompt_sha256: the contents differ (bbbbbbbbbbbb… -> aaaaaaaaaaaa…)"]
+    assert identity_diff({**SOFT, "lr": 0.03}, SOFT) == ["lr: 0.03 -> 0.3"]  # a tuned run reads it

@@ -27,10 +27,12 @@ NOT_IDENTITY = (
 # machine (a remote sweep's driver) leaves it out, and the worker compares it.
 TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
 MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
+TUNING = ("steps", "epochs", "lr_schedule", "answer_share", "curve_every", "length_group", "early_stop", "tune_dtype",
+          TUNE_DTYPE_RESOLVED)
+SOFT_PROMPT_TUNING = ("lr", "init")
 READ_ONLY_BY = {
-    **dict.fromkeys(("steps", "epochs", "lr_schedule", "answer_share", "curve_every", "length_group", "early_stop",
-                     "tune_dtype", TUNE_DTYPE_RESOLVED), TUNED_METHODS),
-    **dict.fromkeys(("lr", "init", "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
+    **dict.fromkeys(TUNING, TUNED_METHODS),
+    **dict.fromkeys((*SOFT_PROMPT_TUNING, "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
     **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
     "shots": ("few-shot",),
     **dict.fromkeys(("seed", "batch_size", "curve_items"), ("few-shot", *TUNED_METHODS)),
@@ -57,14 +59,17 @@ def fingerprinted(options: dict) -> bool:
 
 def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
     """The part of a run's options that defines it: all but NOT_IDENTITY and the options its method
-    does not read (READ_ONLY_BY; a record without a method keeps them all). The model is its
+    does not read (READ_ONLY_BY; a record without a method keeps them all; a saved soft prompt scored again reads
+    no tuning option: what it scores is its digest). The model is its
     fingerprint (FINGERPRINT) and not its path when ``by_fingerprint`` (default: when ``options``
     carry one), else its path; identity_diff decides it for two records."""
     if by_fingerprint is None:
         by_fingerprint = fingerprinted(options)
     method = options.get("method")
-    left_out = "model" if by_fingerprint else FINGERPRINT
-    return {k: v for k, v in options.items() if k not in NOT_IDENTITY and k != left_out
+    left_out = {"model" if by_fingerprint else FINGERPRINT, *NOT_IDENTITY}
+    if options.get("soft_prompt"):  # it scores a saved soft prompt (`softeval eval`): it tunes nothing
+        left_out.update(TUNING, SOFT_PROMPT_TUNING)
+    return {k: v for k, v in options.items() if k not in left_out
             and (method is None or method in READ_ONLY_BY.get(k, (method,)))}
 
 
