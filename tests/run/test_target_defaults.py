@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from softeval.cli.app import _config as config_of_args
 from softeval.cli.app import build_parser
@@ -116,3 +118,13 @@ def test_a_gsm8k_run_tunes_with_the_recipe_says_so_and_refuses_a_run_of_the_old_
     assert {key: result["config"][key] for key in RECIPE} == RECIPE
     assert ("gsm8k's targets are worked solutions: tuning with --lr 0.3 --lr-schedule linear --init instruction "
             "--answer-share 0.5") in said
+
+
+@given(st.sampled_from(sorted(TASKS) + ["lm-eval:gsm8k", "my_task.yaml"]),
+       st.fixed_dictionaries({}, optional={"lr": st.floats(1e-4, 1.0), "lr_schedule": st.sampled_from(["constant",
+                                                                                                       "linear"]),
+                                           "init": st.sampled_from(["vocab", "random", "instruction"]),
+                                           "answer_share": st.none() | st.floats(0.01, 0.99)}))
+def test_property_a_given_option_is_kept_and_the_rest_are_the_task_s_defaults(task, given_options):
+    defaults = RECIPE if task in TASKS and TASKS[task].target_kind == WORKED_SOLUTION else TABLE
+    assert recipe_of(RunConfig(model="m", task=task, **given_options)) == {**defaults, **given_options}
