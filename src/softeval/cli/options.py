@@ -70,7 +70,8 @@ def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False)
         if row.metavar is not None:
             kwargs["metavar"] = row.metavar
     help = row.help
+    if passed_on or row.by_target:  # the flag's own default is not the table's: the help shows the table's
+        help = help % {"default": "none" if row.default is None else row.default}
     if passed_on:
         kwargs["default"] = argparse.SUPPRESS
-        help = help % {"default": row.default}
     p.add_argument(row.flag, help=help, **kwargs)

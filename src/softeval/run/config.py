@@ -162,19 +162,19 @@ class RunConfig:
                                  "the file and row)")
     steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
     tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
-    lr: float = option(float, 3e-2, f"AdamW learning rate (default 0.03; {on_worked_solutions('lr')})",
+    lr: float = option(float, 3e-2, f"AdamW learning rate (default %(default)s; {on_worked_solutions('lr')})",
                        where=TUNING, by_target=True)
     lr_schedule: str = option(str, "constant", "constant or linear: the learning rate falls linearly from --lr to 0 "
-                              f"over --steps (default constant; {on_worked_solutions('lr_schedule')})",
+                              f"over --steps (default %(default)s; {on_worked_solutions('lr_schedule')})",
                               choices=LR_SCHEDULES, where=TUNING, by_target=True)
     answer_share: float | None = option(float, None, "the share of the tuning loss given to each target's last "
                                         "line, the answer line (\"#### 42\"), the rest of the target the remainder, "
-                                        "or none: every target token weighs the same (default none; "
+                                        "or none: every target token weighs the same (default %(default)s; "
                                         f"{on_worked_solutions('answer_share')})", range=(0.01, 0.99), nullable=True,
                                         where=TUNING, metavar="SHARE", by_target=True)
     init: str = option(str, "vocab", 'vocab, random, instruction (the task\'s own instruction), text:"...", or '
                        "from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run); default "
-                       f"vocab, {on_worked_solutions('init')}", where=TUNING, by_target=True)
+                       f"%(default)s, {on_worked_solutions('init')}", where=TUNING, by_target=True)
     batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
     curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
                               range=(1, 1_000_000), where=TUNING)
