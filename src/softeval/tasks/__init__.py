@@ -17,14 +17,21 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
+def _builtin(name: object) -> Task | None:
+    """The built-in task ``name``; None for any other task (a task file, an lm-eval task, not a name at all)."""
+    return TASKS[name] if isinstance(name, str) and name in TASKS else None
+
+
 def builtin_revision(name: object) -> int | None:
     """The revision of the built-in task ``name`` (``Task.revision``); None for any other task."""
-    return TASKS[name].revision if isinstance(name, str) and name in TASKS else None
+    task = _builtin(name)
+    return task.revision if task else None
 
 
 def builtin_target_kind(name: object) -> str | None:
     """What the built-in task ``name``'s targets are (``Task.target_kind``); None for any other task."""
-    return TASKS[name].target_kind if isinstance(name, str) and name in TASKS else None
+    task = _builtin(name)
+    return task.target_kind if task else None
 
 
 def get_task(name: str, include_path: str | None = None) -> Task:
