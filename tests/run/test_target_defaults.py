@@ -41,9 +41,23 @@ def test_a_built_in_task_tunes_with_its_kind_s_defaults(name):
     assert BY_TARGET not in vars(config).values()
 
 
-def test_a_task_file_or_an_lm_eval_task_takes_the_table_s_defaults(tmp_path):
-    for task in (str(tmp_path / "mine.yaml"), tmp_path / "mine.yaml", "lm-eval:gsm8k", "nonsense"):
+def test_an_lm_eval_task_or_a_task_file_that_says_nothing_takes_the_table_s_defaults(tmp_path):
+    (tmp_path / "plain.yaml").write_text("data: d.jsonl\nprompt: 'Q: {{ q }}'\nanswer_field: a\nanswer_regex: '(.*)'\n")
+    for task in (str(tmp_path / "plain.yaml"), tmp_path / "plain.yaml", str(tmp_path / "missing.yaml"),
+                 "lm-eval:gsm8k", "nonsense"):
         assert recipe_of(RunConfig(model="m", task=task)) == TABLE
+
+
+def test_a_task_file_that_says_its_targets_are_worked_solutions_tunes_with_the_recipe(tmp_path):
+    file = tmp_path / "steps.yaml"
+    file.write_text("data: d.jsonl\nprompt: 'Q: {{ q }}'\nanswer_field: a\nanswer_regex: '#### (.*)'\n"
+                    "target_kind: worked-solution\n")
+    assert recipe_of(RunConfig(model="m", task=str(file))) == RECIPE
+    assert recipe_of(RunConfig(model="m", task=str(file), lr=0.01)) == {**RECIPE, "lr": 0.01}
+    file.write_text(file.read_text().replace("worked-solution", "one-line"))
+    assert recipe_of(RunConfig(model="m", task=str(file))) == TABLE
+    file.write_text(file.read_text().replace("one-line", "essay"))  # the run's checks name it; no crash here
+    assert recipe_of(RunConfig(model="m", task=str(file))) == TABLE
 
 
 def test_a_given_value_wins_and_none_turns_the_answer_share_off():

@@ -121,6 +121,9 @@ def test_numeric_matcher_and_regexes(tmp_path):
     assert task.strict(f"Result {gold}", example) is None
     assert task.lenient(f"so it is {gold} in the end", example) == gold  # default lenient: the last number
     assert task.stop == ("\n\n",) and task.match(task.strict(task.target(example), example), example)
+    assert task.target_kind == "one-line"  # unless the file says otherwise
+    assert load_task_file(write_task(tmp_path, {**spec, "target_kind": "worked-solution"}, rows)).target_kind \
+        == "worked-solution"
 
 
 def test_a_regex_that_backtracks_for_ever_makes_the_item_unscorable_not_a_stall(tmp_path, monkeypatch):
@@ -168,6 +171,7 @@ def test_templates_are_sandboxed(tmp_path):
     ({"data": "missing.jsonl"}, "data file not found"),
     ({"prompt": "{{ nothere }}"}, r"rows\.jsonl: row 0: the prompt template cannot be filled.*nothere"),
     ({"fields": ["q", "extra"]}, r"rows\.jsonl: row 0 lacks field\(s\) extra"),
+    ({"target_kind": "essay"}, "target_kind must be one-line or worked-solution, not str 'essay'"),
 ])
 def test_bad_task_files_name_file_and_problem(tmp_path, change, message):
     spec = {k: v for k, v in {**MC_SPEC, **change}.items() if v is not None}

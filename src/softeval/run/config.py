@@ -28,7 +28,7 @@ from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS, WORKED_SOLUTION
 from softeval.store.identity import FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
-from softeval.tasks import TASKS, builtin_revision, builtin_target_kind
+from softeval.tasks import TASKS, builtin_revision, target_kind
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
@@ -216,12 +216,14 @@ class RunConfig:
     def __post_init__(self) -> None:
         """A path given as a Path (library use) is the same option as its text; an option not given whose
         default depends on the task's kind of target takes the task's (``TARGET_DEFAULTS``)."""
+        defaults = None  # the task's kind's defaults, looked up once (a task file is read for it)
         for key, row in OPTIONS.items():
             value = getattr(self, key)
             if row.type is str and isinstance(value, os.PathLike):
                 setattr(self, key, os.fspath(value))
             elif value is BY_TARGET:
-                setattr(self, key, TARGET_DEFAULTS.get(builtin_target_kind(self.task), {}).get(key, row.default))
+                defaults = TARGET_DEFAULTS.get(target_kind(self.task), {}) if defaults is None else defaults
+                setattr(self, key, defaults.get(key, row.default))
 
     @property
     def engine_args(self) -> dict | None:

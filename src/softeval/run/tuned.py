@@ -65,7 +65,7 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
     tcfg = TuneConfig.of(cfg, method, len(job.train))
     what = "soft prompt" if part is None else "LoRA adapter"
     if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
-        console.print(f"{cfg.task}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
+        console.print(f"{job.task.name}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
                       "given, the defaults for worked solutions: docs/design.md)", markup=False, highlight=False)
     with progress_bar(console) as bar:
         bar_id = bar.add_task(f"tuning {what}", total=tcfg.steps)

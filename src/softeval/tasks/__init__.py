@@ -5,10 +5,12 @@ data sources (``data``: packaged copies, the hub, local files). ``TASKS`` is the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from softeval.errors import UserError, shown
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
-from softeval.tasks.custom import is_task_file, load_task_file
+from softeval.tasks.custom import declared_target_kind, is_task_file, load_task_file, read_spec
 from softeval.tasks.lmeval_bridge import is_lmeval
 
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -28,10 +30,19 @@ def builtin_revision(name: object) -> int | None:
     return task.revision if task else None
 
 
-def builtin_target_kind(name: object) -> str | None:
-    """What the built-in task ``name``'s targets are (``Task.target_kind``); None for any other task."""
+def target_kind(name: object) -> str | None:
+    """What the task ``name``'s targets are (``Task.target_kind``): a built-in task's, or what a task file says
+    (``target_kind``, one-line by default); None for an lm-eval task, and for a task file that cannot be read
+    (the run's checks name its problem before anything loads)."""
     task = _builtin(name)
-    return task.target_kind if task else None
+    if task:
+        return task.target_kind
+    if isinstance(name, str) and is_task_file(name):
+        try:
+            return declared_target_kind(read_spec(Path(name)))
+        except UserError:
+            return None
+    return None
 
 
 def get_task(name: str, include_path: str | None = None) -> Task:
@@ -49,4 +60,4 @@ def get_task(name: str, include_path: str | None = None) -> Task:
                     "them), a task file (.yaml/.yml/.json, see docs/tasks.md), or lm-eval:NAME (an lm-eval task)")
 
 
-__all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "builtin_target_kind", "get_task"]
+__all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "target_kind", "get_task"]

@@ -20,6 +20,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from softeval.checks import is_number, is_whole
 from softeval.errors import UserError, shown
+from softeval.protocol import ONE_LINE, TARGET_KINDS
 from softeval.tasks.base import (
     HELD_OUT_SEED,
     LETTERS,
@@ -52,7 +53,8 @@ SCHEMA = {"name": _TEXT, "description": _TEXT, "data": "a file path", "tune_data
           "split": "a mapping", "fields": _NAMES, "answer_field": _NAME, "aliases_field": _NAME,
           "options_field": _NAME_OR_NAMES, "id_field": _NAME, "instruction": _TEXT, "prompt": _TEXT,
           "cloze_prompt": _TEXT, "target": _TEXT, "answer_regex": _TEXT, "lenient_regex": _TEXT, "matcher": _TEXT,
-          "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768"}
+          "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768",
+          "target_kind": f"{' or '.join(TARGET_KINDS)}"}
 KEYS = set(SCHEMA)
 REQUIRED = ("data", "prompt", "answer_field")
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
@@ -101,6 +103,8 @@ def _typed(key: str, value: Any) -> bool:
         return (isinstance(value, str) and bool(value)) or names(value)
     if key == "max_new_tokens":
         return is_whole(value) and 1 <= value <= 32768
+    if key == "target_kind":
+        return value in TARGET_KINDS
     return isinstance(value, str)
 
 
@@ -247,7 +251,13 @@ def load_task_file(path: str | Path) -> Task:
         extra={"f1": f1_max, "task_file": str(path)} if matcher == "f1" else {"task_file": str(path)},
         cloze=(lambda e: cloze_t.render(_variables(e))) if multiple_choice else None,
         cue=prompt_cue(spec["prompt"]),
+        target_kind=declared_target_kind(spec),
     )
+
+
+def declared_target_kind(spec: dict) -> str:
+    """What a task file says its targets are (``target_kind``; one-line when it does not say)."""
+    return spec.get("target_kind", ONE_LINE)
 
 
 def prompt_cue(prompt: str) -> str:
