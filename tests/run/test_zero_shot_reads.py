@@ -42,3 +42,35 @@ def test_a_zero_shot_run_pairs_with_a_soft_prompt_of_another_seed():
     few = RunConfig(model="m", task="mmlu", seed=0).options("few-shot", here=False)
     assert setting_diff(zero, soft) == []
     assert setting_diff(few, soft) == ["seed: 0 -> 1"]
+
+
+def test_a_zero_shot_run_finished_under_another_seed_is_that_run_and_force_scores_it_again(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from softeval.run.pipeline import is_finished
+
+    def run(seed, methods=("zero-shot",), **kw):
+        config = RunConfig(**{"model": "tiny-0", "task": "arc_easy", "methods": methods, "shots": 1, "limit": 3,
+                              "eval_batch_size": 3, "out": str(tmp_path), "device": "cpu", "seed": seed, **kw})
+        console = Console(file=io.StringIO(), width=300)
+        return run_job(config, console=console, lm=tiny_lm()), console.file.getvalue(), config
+
+    (zero,), _, _ = run(2)
+    assert not is_finished(RunConfig(model="tiny-0", task="arc_easy", limit=3, eval_batch_size=3, out=str(tmp_path),
+                                     device="cpu", seed=1), "few-shot")
+    (again, few), said, config = run(1, ("zero-shot", "few-shot"))
+    assert again == zero and few["seed"] == 1  # zero-shot: seed 2's run, found; few-shot reads the seed: its own
+    assert "zero-shot: finished run found at" in said and "seed2 (a zero-shot run does not read the seed), skipped" \
+        in said
+    assert is_finished(config, "zero-shot")
+    folder = tmp_path / "tiny-0" / "arc_easy" / "zero-shot"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["seed2"]
+    (other,), _, _ = run(1, eval_batch_size=1)  # another identity: not that run, scored under its own seed
+    assert other["seed"] == 1 and other["started_at"] != zero["started_at"]
+    (forced,), _, _ = run(3, force=True)
+    assert forced["seed"] == 3 and (folder / "seed3").is_dir()
+    (folder / "seed2" / "samples.jsonl").write_text("damaged\n")  # a damaged run is passed over, not used
+    (found,), _, _ = run(4)
+    assert found["started_at"] == forced["started_at"]

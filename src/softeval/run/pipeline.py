@@ -38,8 +38,8 @@ from softeval.run.scoring import (
 )
 from softeval.run.tuned import lora_settings, tune_lora, tune_soft_prompt
 from softeval.run.validate import check_config
-from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
-from softeval.store.identity import identity_of
+from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest, seed_folder
+from softeval.store.identity import identity_of, reads
 from softeval.store.locking import describe
 from softeval.store.record import Results
 from softeval.store.runs import REDO, RunFolder, git_hash, jsonl_text, now, versions
@@ -143,9 +143,14 @@ def load_lm(config: RunConfig) -> LoadedModel:
 
 def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
     """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
-    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options)."""
-    return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
-            config.options(method, here))
+    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options).
+    A method that reads no seed (zero-shot) whose run is finished under another seed, with this identity, has
+    that run (unless --force): a sweep of seeds 0-2 scores zero-shot once."""
+    folder = RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series)
+    identity = config.options(method, here)
+    if not reads(method, "seed") and not config.force and not folder.final.exists():
+        folder = folder.at_another_seed(identity) or folder
+    return folder, identity
 
 
 def is_finished(config: RunConfig, method: str, here: bool = True) -> bool:
@@ -196,7 +201,9 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
                 on_stale=lambda who: console.print(
                 f"{method}: taking over the run left by {describe(who)}, which no longer runs", markup=False)):
             if folder.check(identity, config.force, log=lambda m: console.print(m, style="yellow", markup=False)):
-                console.print(f"{method}: finished run found at {folder.final}, skipped ({REDO[command]})",
+                seedless = f" (a {method} run does not read the seed)" if folder.final.name != seed_folder(
+                    config.seed) else ""
+                console.print(f"{method}: finished run found at {folder.final}{seedless}, skipped ({REDO[command]})",
                               style="dim", markup=False)
                 folder.index()  # a process killed between the rename and the index left it out
                 results.append(folder.finished_results())

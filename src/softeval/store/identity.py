@@ -69,8 +69,12 @@ def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
     left_out = {"model" if by_fingerprint else FINGERPRINT, *NOT_IDENTITY}
     if options.get("soft_prompt"):  # it scores a saved soft prompt (`softeval eval`): it tunes nothing
         left_out.update(TUNING, SOFT_PROMPT_TUNING)
-    return {k: v for k, v in options.items() if k not in left_out
-            and (method is None or method in READ_ONLY_BY.get(k, (method,)))}
+    return {k: v for k, v in options.items() if k not in left_out and (method is None or reads(method, k))}
+
+
+def reads(method: str, option: str) -> bool:
+    """Whether a run of ``method`` reads ``option`` (READ_ONLY_BY): a zero-shot run reads no seed."""
+    return method in READ_ONLY_BY.get(option, (method,))
 
 
 def identity_diff(old: dict, new: dict) -> list[str]:

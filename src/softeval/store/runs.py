@@ -27,6 +27,7 @@ from softeval.store.format import (
     OUTPUTS_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
+    SEED_FOLDER,
     TUNE_STATE,
     RunFormatError,
     damaged_folder,
@@ -175,13 +176,28 @@ class RunFolder:
         return True
 
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
-        recorded, tuning = done.get("config"), done.get("tuning")
-        recorded = dict(recorded) if isinstance(recorded, dict) else {}
-        if isinstance(tuning, dict) and "tune_dtype_ran" in tuning:  # recorded before the key: what it ran
-            recorded.setdefault(TUNE_DTYPE_RESOLVED, tuning["tune_dtype_ran"])
-        diff = identity_diff(recorded, config)
+        diff = _settings_diff(done, config)
         if diff:
             raise OtherSettings(self.final, diff)
+
+    def at_another_seed(self, config: dict) -> RunFolder | None:
+        """A finished intact run of another seed beside this one (``seed<N>`` folders, lowest seed first) whose
+        identity is ``config``'s: for a method that reads no seed (a zero-shot run) it is this run, already done.
+        None when there is none. Reads only: a damaged run or one of another format is passed over."""
+        found = []
+        for path in self.final.parent.glob("seed*"):
+            match = SEED_FOLDER.match(path.name)
+            if match and path != self.final:
+                found.append((int(match[1]), path))
+        for _, path in sorted(found):
+            other = RunFolder(self.out, path)
+            try:
+                done, _ = other.finished()
+            except OtherSettings:
+                continue
+            if done is not None and not _settings_diff(done, config):
+                return other
+        return None
 
     def start(self, config: dict | None = None, log=None) -> Path:
         """The partial folder to write into. A partial folder left by an interrupted run with the same
@@ -267,6 +283,15 @@ class OtherSettings(UserError):
     def said_by(self, command: str) -> OtherSettings:
         """The same refusal, with the fix of ``command`` (a key of FIXES)."""
         return OtherSettings(self.final, self.diff, command, self.what)
+
+
+def _settings_diff(done: dict, config: dict) -> list[str]:
+    """How the identity of a finished run's results (``done``) differs from ``config`` (identity_diff)."""
+    recorded, tuning = done.get("config"), done.get("tuning")
+    recorded = dict(recorded) if isinstance(recorded, dict) else {}
+    if isinstance(tuning, dict) and "tune_dtype_ran" in tuning:  # recorded before the key: what it ran
+        recorded.setdefault(TUNE_DTYPE_RESOLVED, tuning["tune_dtype_ran"])
+    return identity_diff(recorded, config)
 
 
 def _size(n: int) -> str:
