@@ -74,3 +74,21 @@ def test_a_zero_shot_run_finished_under_another_seed_is_that_run_and_force_score
     (folder / "seed2" / "samples.jsonl").write_text("damaged\n")  # a damaged run is passed over, not used
     (found,), _, _ = run(4)
     assert found["started_at"] == forced["started_at"]
+
+
+def test_a_sweep_of_two_seeds_plans_zero_shot_once(tmp_path):
+    """Both seeds' zero-shot jobs find the run of seed 0 (skipped), yet each job keeps its own folder to write:
+    the check that no two jobs write one folder does not take them for one."""
+    from softeval.sweep.driver import plan
+    from softeval.sweep.file import parse_sweep
+
+    options = {"limit": 3, "eval_batch_size": 3, "device": "cpu"}
+    out = tmp_path / "runs"
+    run_job(RunConfig(model="smollm2-135m-instruct", task="arc_easy", methods=("zero-shot",), out=str(out),
+                      **options), lm=tiny_lm())
+    spec = {"out": str(out), "models": ["smollm2-135m-instruct"], "tasks": ["arc_easy"],
+            "methods": ["zero-shot", "few-shot"], "seeds": [0, 1], **options}
+    states = {(s.job.method, s.job.config.seed): (s.state, s.folder.name) for s in plan(parse_sweep(spec, tmp_path /
+                                                                                                    "s.yaml"))}
+    assert states == {("zero-shot", 0): ("skipped", "seed0"), ("zero-shot", 1): ("skipped", "seed0"),
+                      ("few-shot", 0): ("queued", "seed0"), ("few-shot", 1): ("queued", "seed1")}

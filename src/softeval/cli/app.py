@@ -30,7 +30,7 @@ from softeval.packaged import ASSET_INSTALL
 from softeval.protocol import DEFAULT_METHODS, METHODS, METRICS, SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.groups import run_group
-from softeval.run.pipeline import run_folder, run_job
+from softeval.run.pipeline import found_run, run_job
 from softeval.store.format import Run
 from softeval.tasks import TASKS
 from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval, listing
@@ -218,7 +218,7 @@ def print_verdicts(config: RunConfig, results: list[dict]) -> None:
     """Under the table, what the numbers mean: a verdict per pair of methods (analysis/verdict.py)."""
     runs = []
     for r in results:
-        path = run_folder(config, r["method"])[0].final
+        path = found_run(config, r["method"])[0].final  # a zero-shot run may be another seed's
         runs.append(Run(path, str(path), r))
     console = table_console()
     for verdict in verdicts(runs):

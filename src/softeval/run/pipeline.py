@@ -142,12 +142,17 @@ def load_lm(config: RunConfig) -> LoadedModel:
 
 
 def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
-    """Where one method's run of ``config`` lives and the identity it is checked against: the rule that
-    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options).
-    A method that reads no seed (zero-shot) whose run is finished under another seed, with this identity, has
-    that run (unless --force): a sweep of seeds 0-2 scores zero-shot once."""
-    folder = RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series)
-    identity = config.options(method, here)
+    """Where one method's run of ``config`` is written and the identity it is checked against: the rule that
+    ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options)."""
+    return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
+            config.options(method, here))
+
+
+def found_run(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
+    """``run_folder``, but for a method that reads no seed (zero-shot) whose own folder holds no run, a run of it
+    finished under another seed with this identity, where there is one (unless --force): that is this run, so a
+    grid of seeds scores zero-shot once."""
+    folder, identity = run_folder(config, method, here)
     if not reads(method, "seed") and not config.force and not folder.final.exists():
         folder = folder.at_another_seed(identity) or folder
     return folder, identity
@@ -158,7 +163,7 @@ def is_finished(config: RunConfig, method: str, here: bool = True) -> bool:
     run with other settings is a UserError, as it is for ``softeval run``. Changes nothing on disk and
     takes no lock: a damaged run is just unfinished here; ``run_job`` moves it aside under the lock.
     ``here``: False on a remote sweep's driver (what only the worker's machine resolves is not compared)."""
-    folder, identity = run_folder(config, method, here)
+    folder, identity = found_run(config, method, here)
     return folder.is_finished(identity)
 
 
@@ -191,7 +196,7 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
     config, console = job.config, job.console
     results = []
     for method in config.methods:
-        folder, identity = run_folder(config, method)
+        folder, identity = found_run(config, method)
         if method == "soft-prompt" and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
             raise UserError(f"the soft prompt {config.soft_prompt} belongs to the run {folder.final} that this "
                             "command would write (and with --force replace): score it into another output "

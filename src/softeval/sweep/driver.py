@@ -77,7 +77,7 @@ def plan(sweep: Sweep, here: bool = True) -> list[JobState]:
     run on this machine (no cluster address), so what they resolve on it (the tuning dtype) is compared."""
     states = []
     for job in sweep.jobs:
-        folder, _ = pipeline.run_folder(job.config, job.method)
+        folder, _ = pipeline.found_run(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
         try:
             done = config is not None and pipeline.is_finished(config, job.method, here)
