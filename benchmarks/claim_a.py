@@ -50,8 +50,13 @@ def run_pair(model: str, task: str, args: argparse.Namespace) -> int:
 
 def rows(out: Path, seed: int) -> list[dict]:
     """One row per (model, task) with the three methods' results and the soft prompt's paired tests."""
-    runs, _ = load_runs(out)
-    runs = [r for r in runs if r.seed == seed]
+    every, _ = load_runs(out)
+    runs = [r for r in every if r.seed == seed]
+    own = {(r.model, r.task) for r in runs if r.method == "zero-shot"}
+    for r in sorted(every, key=lambda r: r.seed):  # a zero-shot run reads no seed: another seed's is this one's
+        if r.method == "zero-shot" and (r.model, r.task) not in own:
+            runs.append(r)
+            own.add((r.model, r.task))
     tests = {(t.task, t.model, t.test.a): t.test for t in paired_method_tests(runs)}
     table: dict[tuple[str, str], dict] = {}
     for r in runs:
@@ -65,6 +70,7 @@ def rows(out: Path, seed: int) -> list[dict]:
             row["steps_run"] = tuning.get("steps_run")
             row["loaded_from"] = tuning.get("loaded_from")  # a saved soft prompt scored (softeval eval --soft-prompt)
             row["curve"] = held_out_format(r.path / CURVE_FILE)
+            row["curve_items"] = (r.results.get("config") or {}).get("curve_items")  # 0: no held-out slice
     for (model, task), row in table.items():
         for base in ("zero-shot", "few-shot"):
             test = tests.get((task, model, base))
@@ -121,6 +127,9 @@ def saturated(row: dict) -> str:
     if row.get("loaded_from"):
         shown = "-" if scored is None else f"{scored:.2f}"
         return f"a saved soft prompt, not tuned in this run; scored items {shown}"
+    if row.get("curve_items") == 0:
+        shown = "-" if scored is None else f"{scored:.2f}"
+        return f"not measured on a held-out slice (--curve-items 0); scored items {shown}"
     if row.get("format_step") is None:
         return f"no: held-out format_rate never reached {FOLLOWS_FORMAT:.2f} in {row.get('steps_run')} steps"
     if scored is None or scored < FOLLOWS_FORMAT:

@@ -47,6 +47,19 @@ def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not
     assert claim_a.saturated(row) == "held-out only (step 40); scored items 0.70"
 
 
+def test_a_tuning_without_a_held_out_slice_is_not_said_to_have_missed_the_format():
+    row = {"soft-prompt": {"format_rate": 0.75}, "format_step": None, "steps_run": 2, "curve_items": 0, "curve": []}
+    assert claim_a.saturated(row) == "not measured on a held-out slice (--curve-items 0); scored items 0.75"
+
+
+def test_another_seed_s_zero_shot_run_is_this_seed_s(tmp_path):
+    """A zero-shot run reads no seed (softeval finds seed 0's for --seed 1): the table of seed 1 shows it."""
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [True, False], format_ok=[True, False], seed=0)
+    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [True, True], format_ok=[True, True], seed=1)
+    (row,) = claim_a.rows(tmp_path, seed=1)
+    assert row["zero-shot"]["accuracy"] == 0.5 and row["vs zero-shot"]["difference"] == 0.5
+
+
 def test_a_saved_soft_prompt_scored_again_is_not_read_as_a_tuning_that_never_reached_the_format():
     row = {"soft-prompt": {"format_rate": 0.9}, "format_step": None, "steps_run": None, "loaded_from": "s/soft_prompt"}
     assert claim_a.saturated(row) == "a saved soft prompt, not tuned in this run; scored items 0.90"
