@@ -142,3 +142,44 @@ def test_a_gsm8k_run_tunes_with_the_recipe_says_so_and_refuses_a_run_of_the_old_
 def test_property_a_given_option_is_kept_and_the_rest_are_the_task_s_defaults(task, given_options):
     defaults = RECIPE if task in TASKS and TASKS[task].target_kind == WORKED_SOLUTION else TABLE
     assert recipe_of(RunConfig(model="m", task=task, **given_options)) == {**defaults, **given_options}
+
+
+def test_a_task_file_whose_targets_look_like_worked_solutions_is_told_the_recipe(tmp_path):
+    """A task file that does not say its kind tunes with the one-line defaults; when its targets are long, the run
+    says they look like worked solutions and names the recipe; it does not when a flag was given, when the file
+    says target_kind: worked-solution (then the recipe runs), or when the targets are short."""
+    import io
+    import json
+
+    from rich.console import Console
+    from tiny import tiny_lm
+
+    from softeval.run.pipeline import run_job
+    from softeval.run.tuned import WORKED_LOOKING_CHARS
+
+    rows = [{"q": f"{a} + {a}", "a": str(2 * a)} for a in range(12)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reasoning = "We add the two numbers one digit at a time, carrying where a column passes nine.\n"
+
+    def said(target, kind=None, **kw):
+        spec = {"data": "rows.jsonl", "prompt": "Q: {{ q }}\nA:", "answer_field": "a", "matcher": "numeric",
+                "answer_regex": "#### (\\S+)", "target": target, "stop": "Q:", "max_new_tokens": 4,
+                **({"target_kind": kind} if kind else {})}
+        task = tmp_path / "add.yaml"
+        task.write_text(json.dumps(spec))
+        config = RunConfig(model="tiny-0", task=str(task), methods=("soft-prompt",), limit=1, steps=1, batch_size=2,
+                           curve_items=0, eval_batch_size=1, out=str(tmp_path / "runs"), device="cpu", force=True, **kw)
+        console = Console(file=io.StringIO(), width=400)
+        run_job(config, console=console, lm=tiny_lm())
+        return console.file.getvalue()
+
+    long_target = " " + reasoning * 2 + "#### {{ gold }}"
+    assert len(long_target) >= WORKED_LOOKING_CHARS
+    hint = said(long_target)
+    assert "add's tuning targets look like worked solutions (median" in hint and "100% of several lines" in hint
+    assert "the defaults for worked solutions are --lr 0.3 --lr-schedule linear --init instruction " \
+           "--answer-share 0.5" in hint
+    assert "look like worked solutions" not in said(long_target, lr=0.1)
+    recipe = said(long_target, kind="worked-solution")
+    assert "look like" not in recipe and "add's targets are worked solutions: tuning with --lr 0.3" in recipe
+    assert "look like worked solutions" not in said(" #### {{ gold }}")

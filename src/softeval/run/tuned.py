@@ -10,7 +10,7 @@ from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
 from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
-from softeval.run.config import TARGET_DEFAULTS, RunConfig, spelled
+from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
 from softeval.run.tune import TuneConfig, TuneResult, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
@@ -32,6 +32,25 @@ def not_reached(curve: list[dict], method: str = "soft-prompt") -> str:
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
     return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): "
             + ADVICE[method])
+
+
+WORKED_LOOKING_CHARS = 100  # a median tuning target this long reads as a worked solution (GSM8K's ~300, SQuAD's ~20)
+
+
+def worked_looking(task, train: list, cfg: RunConfig) -> str | None:
+    """A warning when a task of one-line kind (an lm-eval task, a task file that does not say) has tuning targets
+    that look like worked solutions (median WORKED_LOOKING_CHARS characters or more) and the run tunes with the
+    one-line defaults: it names the recipe that learned such a format. None otherwise."""
+    if not train or any(getattr(cfg, key) != OPTIONS[key].default for key in WORKED):
+        return None
+    lengths = sorted(len(task.target(example)) for example in train)
+    median = lengths[len(lengths) // 2]
+    if median < WORKED_LOOKING_CHARS:
+        return None
+    lines = sum(1 for example in train if "\n" in task.target(example).strip()) / len(train)
+    return (f"{task.name}'s tuning targets look like worked solutions (median {median} characters, {lines:.0%} of "
+            f"several lines), yet this run tunes with the one-line defaults; if they are, the defaults for worked "
+            f"solutions are {spelled(WORKED)} (a task file says target_kind: worked-solution; docs/design.md)")
 
 
 def lora_settings(cfg: RunConfig) -> LoraSettings:
@@ -67,6 +86,8 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
     if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
         console.print(f"{job.task.name}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
                       "given, the defaults for worked solutions: docs/design.md)", markup=False, highlight=False)
+    elif part is None and (hint := worked_looking(job.task, job.train, cfg)):
+        console.print(hint, style="yellow", markup=False, highlight=False)
     with progress_bar(console) as bar:
         bar_id = bar.add_task(f"tuning {what}", total=tcfg.steps)
 
