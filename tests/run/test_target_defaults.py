@@ -183,3 +183,20 @@ def test_a_task_file_whose_targets_look_like_worked_solutions_is_told_the_recipe
     recipe = said(long_target, kind="worked-solution")
     assert "look like" not in recipe and "add's targets are worked solutions: tuning with --lr 0.3" in recipe
     assert "look like worked solutions" not in said(" #### {{ gold }}")
+
+
+@given(st.lists(st.text(alphabet="ab \n", max_size=300), min_size=1, max_size=30))
+def test_property_the_worked_looking_warning_states_its_targets_median_and_share(targets):
+    import re
+    from types import SimpleNamespace
+
+    from softeval.run.tuned import WORKED_LOOKING_CHARS, worked_looking
+
+    task = SimpleNamespace(name="t", target=lambda example: example)
+    said = worked_looking(task, targets, RunConfig(model="m", task="lm-eval:t"))
+    median = sorted(map(len, targets))[len(targets) // 2]
+    assert (said is not None) == (median >= WORKED_LOOKING_CHARS)
+    if said:
+        share = sum("\n" in t.strip() for t in targets) / len(targets)
+        assert re.search(rf"\(median {median} characters, {share:.0%} of several lines\)", said)
+    assert worked_looking(task, targets, RunConfig(model="m", task="lm-eval:t", lr=0.3)) is None
