@@ -92,3 +92,20 @@ def test_a_sweep_of_two_seeds_plans_zero_shot_once(tmp_path):
                                                                                                     "s.yaml"))}
     assert states == {("zero-shot", 0): ("skipped", "seed0"), ("zero-shot", 1): ("skipped", "seed0"),
                       ("few-shot", 0): ("queued", "seed0"), ("few-shot", 1): ("queued", "seed1")}
+
+
+def test_a_seed_s_run_never_writes_into_the_folder_of_another_seed_it_found(tmp_path, monkeypatch):
+    """The other seed's run is only read: replaced by a run of other settings between the look-up and the skip, it
+    is not this run, and this seed's run is scored into its own folder."""
+    from softeval.run import pipeline
+
+    def config(seed, **kw):
+        return RunConfig(**{"model": "tiny-0", "task": "arc_easy", "methods": ("zero-shot",), "limit": 3,
+                            "eval_batch_size": 3, "out": str(tmp_path), "device": "cpu", "seed": seed, **kw})
+
+    run_job(config(0, eval_batch_size=1), lm=tiny_lm())  # seed 0: other settings than the seed-1 run below
+    seed0 = pipeline.run_folder(config(0), "zero-shot")[0]
+    monkeypatch.setattr(pipeline, "found_run", lambda cfg, method, here=True: (seed0, cfg.options(method, here)))
+    (result,) = run_job(config(1), lm=tiny_lm())
+    assert result["seed"] == 1 and (tmp_path / "tiny-0" / "arc_easy" / "zero-shot" / "seed1").is_dir()
+    assert '"eval_batch_size": 1' in (seed0.final / "results.json").read_text()  # untouched

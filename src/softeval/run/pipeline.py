@@ -38,7 +38,7 @@ from softeval.run.scoring import (
 )
 from softeval.run.tuned import lora_settings, tune_lora, tune_soft_prompt
 from softeval.run.validate import check_config
-from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest, seed_folder
+from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
 from softeval.store.identity import identity_of, reads
 from softeval.store.locking import describe
 from softeval.store.record import Results
@@ -196,7 +196,15 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
     config, console = job.config, job.console
     results = []
     for method in config.methods:
-        folder, identity = found_run(config, method)
+        folder, identity = run_folder(config, method)
+        found, _ = found_run(config, method)
+        if found.final != folder.final and _still_finished(found, identity):  # another seed's zero-shot run: read
+            console.print(f"{method}: finished run found at {found.final} (a {method} run does not read the seed), "
+                          f"skipped ({REDO[command]})", style="dim", markup=False)
+            results.append(found.finished_results())
+            if on_skip is not None:
+                on_skip(method)
+            continue
         if method == "soft-prompt" and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
             raise UserError(f"the soft prompt {config.soft_prompt} belongs to the run {folder.final} that this "
                             "command would write (and with --force replace): score it into another output "
@@ -206,9 +214,7 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
                 on_stale=lambda who: console.print(
                 f"{method}: taking over the run left by {describe(who)}, which no longer runs", markup=False)):
             if folder.check(identity, config.force, log=lambda m: console.print(m, style="yellow", markup=False)):
-                seedless = f" (a {method} run does not read the seed)" if folder.final.name != seed_folder(
-                    config.seed) else ""
-                console.print(f"{method}: finished run found at {folder.final}{seedless}, skipped ({REDO[command]})",
+                console.print(f"{method}: finished run found at {folder.final}, skipped ({REDO[command]})",
                               style="dim", markup=False)
                 folder.index()  # a process killed between the rename and the index left it out
                 results.append(folder.finished_results())
@@ -224,6 +230,14 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
                 raise full from None
             memory.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
     return results
+
+
+def _still_finished(folder: RunFolder, identity: dict) -> bool:
+    """Another seed's run, found a moment ago, still finished with ``identity`` (not replaced meanwhile)."""
+    try:
+        return folder.is_finished(identity)
+    except UserError:  # replaced by a run of other settings since: not this run
+        return False
 
 
 def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:
