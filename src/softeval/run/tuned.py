@@ -107,7 +107,8 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
                       "format and its loss and format_rate have plateaued")
     loss = "-" if result.final_loss is None else f"{result.final_loss:.3f}"
     first = result.summary()["format_0.9_step"]
-    console.print(f"tuned {result.steps_run} steps in {result.seconds:.0f}s ({result.trainable_parameters:,} "
+    steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
+    console.print(f"tuned {steps} in {result.seconds:.0f}s ({result.trainable_parameters:,} "
                   f"trainable parameters); final loss {loss}; format_rate >= {FOLLOWS_FORMAT:g} "
                   + (f"first at step {first}" if first is not None else not_reached(result.curve, method)))
     return result
