@@ -34,6 +34,13 @@ def test_tasks_listing_with_a_non_utf8_source_names_the_problem(tmp_path, capsys
                if r["name"] != "belebele" or "file" in r["sources"])
 
 
+def test_tasks_listing_shows_each_task_s_kind_of_target(tmp_path, capsys):
+    assert cli.main(["tasks", "--source", str(tmp_path / "none.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("gsm8k" in line and "worked-solution" in line for line in lines)
+    assert any("mmlu" in line and "one-line" in line for line in lines)
+
+
 def _refused(argv: list[str], capsys) -> str:
     try:
         code = cli.main(argv)

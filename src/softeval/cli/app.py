@@ -275,7 +275,7 @@ def cmd_tasks(args) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     table = Table(title=f"tasks (source: {args.source})")
-    columns = ("name", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")
+    columns = ("name", "target_kind", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")
     for col in columns:
         table.add_column(col)
     for r in rows:
