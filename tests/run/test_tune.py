@@ -314,6 +314,13 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     assert said.startswith("not reached on the held-out slice (best 0.12 at step 20): the soft prompt did not learn")
     assert "--steps" in said and "--lr" in said and "--init" in said
     assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}]).startswith("not measured")
+    from softeval.run.config import RunConfig
+    from softeval.run.tuned import ADVICE, AFTER_THE_RECIPE
+
+    assert not_reached(curve, cfg=RunConfig(model="m", task="mmlu")).endswith(ADVICE["soft-prompt"])
+    after = not_reached(curve, cfg=RunConfig(model="m", task="gsm8k"))  # it tuned with the recipe: not told it again
+    assert after.endswith(AFTER_THE_RECIPE) and "--lr 0.3" not in after
+    assert not_reached(curve, cfg=RunConfig(model="m", task="gsm8k", lr=0.1)).endswith(ADVICE["soft-prompt"])
 
 
 def test_the_linear_schedule_falls_from_lr_to_zero_and_constant_stays():

@@ -24,14 +24,22 @@ ADVICE = {  # what to try when the held-out format was never reached, per method
 }
 
 
-def not_reached(curve: list[dict], method: str = "soft-prompt") -> str:
-    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try."""
+# the soft prompt's advice when it already tuned with the defaults for worked solutions: those are not news
+AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are not format-free; it tuned with the "
+                    "defaults for worked solutions already: try more --steps, another --seed or --lr, or --init "
+                    "text:\"<the answer format>\" (docs/design.md, defaults by kind of target)")
+
+
+def not_reached(curve: list[dict], method: str = "soft-prompt", cfg: RunConfig | None = None) -> str:
+    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try
+    (``cfg``: the run's options; a soft prompt that tuned with the worked-solution defaults is not told them)."""
     points = [p for p in curve if p.get("format_rate") is not None]
     if not points:
         return "not measured (no held-out slice: --curve-items 0)"
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
+    recipe = method == "soft-prompt" and cfg is not None and all(getattr(cfg, k) == v for k, v in WORKED.items())
     return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): "
-            + ADVICE[method])
+            + (AFTER_THE_RECIPE if recipe else ADVICE[method]))
 
 
 WORKED_LOOKING_CHARS = 100  # a median tuning target this long reads as a worked solution (GSM8K's 226, SQuAD's 16)
@@ -110,5 +118,5 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
     steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
     console.print(f"tuned {steps} in {result.seconds:.0f}s ({result.trainable_parameters:,} "
                   f"trainable parameters); final loss {loss}; format_rate >= {FOLLOWS_FORMAT:g} "
-                  + (f"first at step {first}" if first is not None else not_reached(result.curve, method)))
+                  + (f"first at step {first}" if first is not None else not_reached(result.curve, method, cfg)))
     return result
