@@ -144,8 +144,12 @@ def load_lm(config: RunConfig) -> LoadedModel:
 def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
     """Where one method's run of ``config`` is written and the identity it is checked against: the rule that
     ``softeval run`` and ``softeval sweep`` share. ``here``: this machine runs it (RunConfig.options)."""
-    return (RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series),
-            config.options(method, here))
+    return own_folder(config, method), config.options(method, here)
+
+
+def own_folder(config: RunConfig, method: str) -> RunFolder:
+    """The folder one method's run of ``config`` is written to (its seed's)."""
+    return RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series)
 
 
 def found_run(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
@@ -196,9 +200,9 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
     config, console = job.config, job.console
     results = []
     for method in config.methods:
-        folder, identity = run_folder(config, method)
-        found, _ = found_run(config, method)
-        if found.final != folder.final and _still_finished(found, identity):  # another seed's zero-shot run: read
+        found, identity = found_run(config, method)  # the identity once: it digests the task's files
+        folder = own_folder(config, method)
+        if found.final != folder.final and found.still_finished(identity):  # another seed's zero-shot run: read
             console.print(f"{method}: finished run found at {found.final} (a {method} run does not read the seed), "
                           f"skipped ({REDO[command]})", style="dim", markup=False)
             results.append(found.finished_results())
@@ -230,14 +234,6 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
                 raise full from None
             memory.release_freed_memory()  # the next method's peak does not stack on this one's leftovers
     return results
-
-
-def _still_finished(folder: RunFolder, identity: dict) -> bool:
-    """Another seed's run, found a moment ago, still finished with ``identity`` (not replaced meanwhile)."""
-    try:
-        return folder.is_finished(identity)
-    except UserError:  # replaced by a run of other settings since: not this run
-        return False
 
 
 def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:

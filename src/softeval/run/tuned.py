@@ -51,11 +51,11 @@ def worked_looking(task, train: list, cfg: RunConfig) -> str | None:
     one-line defaults: it names the recipe that learned such a format. None otherwise."""
     if not train or any(getattr(cfg, key) != OPTIONS[key].default for key in WORKED):
         return None
-    lengths = sorted(len(task.target(example)) for example in train)
-    median = lengths[len(lengths) // 2]
+    targets = [task.target(example) for example in train]  # rendered once (a task file's are templates)
+    median = sorted(map(len, targets))[len(targets) // 2]
     if median < WORKED_LOOKING_CHARS:
         return None
-    lines = sum(1 for example in train if "\n" in task.target(example).strip()) / len(train)
+    lines = sum(1 for target in targets if "\n" in target.strip()) / len(targets)
     return (f"{task.name}'s tuning targets look like worked solutions (median {median} characters, {lines:.0%} of "
             f"several lines), yet this run tunes with the one-line defaults; if they are, the defaults for worked "
             f"solutions are {spelled(WORKED)} (a task file says target_kind: worked-solution; docs/design.md)")

@@ -175,6 +175,14 @@ class RunFolder:
         self._refuse_other_settings(done, config)
         return True
 
+    def still_finished(self, config: dict) -> bool:
+        """``is_finished`` for a run found a moment ago (another seed's): replaced since by a run of other settings,
+        it is False rather than an error (it is not this run)."""
+        try:
+            return self.is_finished(config)
+        except OtherSettings:
+            return False
+
     def _refuse_other_settings(self, done: dict, config: dict) -> None:
         diff = _settings_diff(done, config)
         if diff:
