@@ -54,7 +54,7 @@ SCHEMA = {"name": _TEXT, "description": _TEXT, "data": "a file path", "tune_data
           "options_field": _NAME_OR_NAMES, "id_field": _NAME, "instruction": _TEXT, "prompt": _TEXT,
           "cloze_prompt": _TEXT, "target": _TEXT, "answer_regex": _TEXT, "lenient_regex": _TEXT, "matcher": _TEXT,
           "stop": "a string or a list of non-empty strings", "max_new_tokens": "a whole number from 1 to 32768",
-          "target_kind": f"{' or '.join(TARGET_KINDS)}"}
+          "target_kind": " or ".join(TARGET_KINDS)}
 KEYS = set(SCHEMA)
 REQUIRED = ("data", "prompt", "answer_field")
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
