@@ -184,6 +184,12 @@ def test_the_tuning_summary_is_one_line_in_a_log(toy, tmp_path, capsys):
     from softeval.run.tuned import ADVICE, AFTER_THE_RECIPE
 
     run_job(_config(tmp_path, methods=("soft-prompt",), steps=2, curve_every=1), lm=tiny_lm())
-    summary = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tuned 2 steps")]
+    err = capsys.readouterr().err.splitlines()
+    summary = [line for line in err if line.startswith("tuned 2 steps")]
+    # a line per curve point, with the held-out loss early stop reads, as the run's curve.jsonl holds it
+    curve = [json.loads(line) for line in next(tmp_path.rglob("curve.jsonl")).read_text().splitlines()]
+    held = [f", loss {p['held_out_loss']:.3f}" for p in curve if p["step"] > 0]
+    points = [line for line in err if line.startswith(("step 1/2:", "step 2/2:"))]
+    assert len(points) == 2 and all(line.endswith(h) for line, h in zip(points, held, strict=True)), (points, held)
     assert len(summary) == 1 and len(summary[0]) > 80, summary
     assert summary[0].endswith((ADVICE["soft-prompt"], AFTER_THE_RECIPE, "first at step 1", "first at step 2"))

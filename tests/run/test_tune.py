@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from interrupts import interrupted_after
 from tiny import format_task
 
@@ -321,6 +323,26 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     after = not_reached(curve, cfg=RunConfig(model="m", task="gsm8k"))  # it tuned with the recipe: not told it again
     assert after.endswith(AFTER_THE_RECIPE) and "--lr 0.3" not in after
     assert not_reached(curve, cfg=RunConfig(model="m", task="gsm8k", lr=0.1)).endswith(ADVICE["soft-prompt"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.01, 5.0), min_size=0, max_size=6))
+def test_a_held_out_loss_is_said_to_be_still_falling_only_when_its_last_point_fell_past_the_early_stop_delta(losses):
+    """The end of a tuning that missed the format says the held-out loss was still falling exactly when its last
+    point is more than EARLY_STOP_MIN_DELTA below the one before, and the two numbers it shows are those points'."""
+    from softeval.run.tune import EARLY_STOP_MIN_DELTA
+    from softeval.run.tuned import not_reached, still_falling
+
+    curve = [{"step": 20 * i, "loss": None, "format_rate": 0.0, "held_out_loss": x} for i, x in enumerate(losses)]
+    said = still_falling(curve)
+    falling = len(losses) >= 2 and losses[-1] < losses[-2] * (1 - EARLY_STOP_MIN_DELTA)
+    assert bool(said) == falling
+    if falling:
+        n = len(losses)
+        assert said == (f"; its held-out loss was still falling ({losses[-2]:.2f} at step {20 * (n - 2)}, "
+                        f"{losses[-1]:.2f} at step {20 * (n - 1)})")
+    if curve:
+        assert ("still falling" in not_reached(curve)) == falling
 
 
 def test_the_linear_schedule_falls_from_lr_to_zero_and_constant_stays():

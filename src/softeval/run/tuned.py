@@ -11,7 +11,7 @@ from softeval.lm.softprompt import SoftPrompt, init_record
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
-from softeval.run.tune import TuneConfig, TuneResult, tune
+from softeval.run.tune import EARLY_STOP_MIN_DELTA, TuneConfig, TuneResult, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 ADVICE = {  # what to try when the held-out format was never reached, per method
@@ -26,8 +26,9 @@ ADVICE = {  # what to try when the held-out format was never reached, per method
 
 # the soft prompt's advice when it already tuned with the defaults for worked solutions: those are not news
 AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are not format-free; it tuned with the "
-                    "defaults for worked solutions already: try more --steps, another --seed or --lr, or --init "
-                    "text:\"<the answer format>\" (docs/design.md, defaults by kind of target)")
+                    "defaults for worked solutions already: try more --steps (or go on from it: --init "
+                    "from:<its soft_prompt folder>), another --seed or --lr, or --init text:\"<the answer format>\" "
+                    "(docs/design.md, defaults by kind of target)")
 
 
 def not_reached(curve: list[dict], method: str = "soft-prompt", cfg: RunConfig | None = None) -> str:
@@ -38,8 +39,20 @@ def not_reached(curve: list[dict], method: str = "soft-prompt", cfg: RunConfig |
         return "not measured (no held-out slice: --curve-items 0)"
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
     recipe = method == "soft-prompt" and cfg is not None and all(getattr(cfg, k) == v for k, v in WORKED.items())
-    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}): "
-            + (AFTER_THE_RECIPE if recipe else ADVICE[method]))
+    return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}"
+            f"{still_falling(curve)}): " + (AFTER_THE_RECIPE if recipe else ADVICE[method]))
+
+
+def still_falling(curve: list[dict]) -> str:
+    """``; its held-out loss was still falling (A at step S, B at step T)`` when the last curve point's held-out
+    loss is below the one before by more than early stop's EARLY_STOP_MIN_DELTA (it was still learning when the
+    steps ran out: more steps, or a warm start from the soft prompt, may go on); else empty."""
+    losses = [p for p in curve if p.get("held_out_loss") is not None]
+    if len(losses) < 2 or losses[-1]["held_out_loss"] >= losses[-2]["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA):
+        return ""
+    before, last = losses[-2], losses[-1]
+    return (f"; its held-out loss was still falling ({before['held_out_loss']:.2f} at step {before['step']}, "
+            f"{last['held_out_loss']:.2f} at step {last['step']})")
 
 
 WORKED_LOOKING_CHARS = 100  # a median tuning target this long reads as a worked solution (GSM8K's 226, SQuAD's 16)
@@ -102,8 +115,10 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
         def on_step(point: dict) -> None:
             bar.update(bar_id, completed=point["step"], description=f"tuning {what} (loss {point['loss']:.3f})")
             if point["format_rate"] is not None:  # a line per curve point, also in logs without a live bar
+                held = point.get("held_out_loss")
                 console.print(f"step {point['step']}/{tcfg.steps}: loss {point['loss']:.3f}, held-out tuning "
-                              f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}")
+                              f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}"
+                              + ("" if held is None else f", loss {held:.3f}"))
 
         result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
                       identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
