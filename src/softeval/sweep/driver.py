@@ -77,12 +77,15 @@ def plan(sweep: Sweep, here: bool = True) -> list[JobState]:
     run on this machine (no cluster address), so what they resolve on it (the tuning dtype) is compared."""
     states = []
     for job in sweep.jobs:
-        folder, _ = pipeline.found_run(job.config, job.method)
         config = job.resolved()  # None: a warm start whose previous checkpoint has no soft prompt yet
-        try:
-            done = config is not None and pipeline.is_finished(config, job.method, here)
-        except OtherSettings as err:
-            raise err.said_by(sweep.command) from None
+        if config is None:
+            folder, done = pipeline.own_folder(job.config, job.method), False
+        else:  # the identity once: it digests the task's and data files
+            folder, identity = pipeline.found_run(config, job.method, here)
+            try:
+                done = folder.is_finished(identity)
+            except OtherSettings as err:
+                raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
     return states
 

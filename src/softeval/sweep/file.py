@@ -24,7 +24,7 @@ from softeval.lm.softprompt import init_from
 from softeval.protocol import ADAPTER_WEIGHTS, DEFAULT_METHODS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
 from softeval.run.groups import group_record
-from softeval.run.pipeline import run_folder
+from softeval.run.pipeline import own_folder
 from softeval.run.validate import check_config
 from softeval.store.format import SOFT_PROMPT_FOLDER
 from softeval.sweep.entries import (
@@ -59,7 +59,7 @@ class SweepJob:
         ``warm_from`` job wrote; None while that soft prompt does not exist (not run yet, or failed)."""
         if self.warm_from is None:
             return self.config
-        source = run_folder(self.warm_from.config, "soft-prompt")[0].final / SOFT_PROMPT_FOLDER
+        source = own_folder(self.warm_from.config, "soft-prompt").final / SOFT_PROMPT_FOLDER
         if not (source / ADAPTER_WEIGHTS).is_file():
             return None
         return replace(self.config, init=init_from(source))
@@ -191,7 +191,7 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
     both called 'final', or one model listed under two spellings) would write the same runs."""
     seen: dict[Path, SweepJob] = {}
     for job in jobs:
-        final = run_folder(job.config, job.method)[0].final
+        final = own_folder(job.config, job.method).final
         if final in seen:
             other = seen[final].model
             raise UserError(f"{where}: models {shown(other.label)} and {shown(job.model.label)} "
