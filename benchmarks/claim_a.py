@@ -31,6 +31,7 @@ from pathlib import Path
 from softeval.analysis.compare import load_runs
 from softeval.analysis.pairs import paired_method_tests
 from softeval.metrics import FOLLOWS_FORMAT
+from softeval.run.tuned import still_falling
 from softeval.store.format import CURVE_FILE, read_curve
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m")
@@ -69,7 +70,9 @@ def rows(out: Path, seed: int) -> list[dict]:
             row["format_step"] = tuning.get("format_0.9_step")
             row["steps_run"] = tuning.get("steps_run")
             row["loaded_from"] = tuning.get("loaded_from")  # a saved soft prompt scored (softeval eval --soft-prompt)
-            row["curve"] = held_out_format(r.path / CURVE_FILE)
+            points = curve_points(r.path / CURVE_FILE)
+            row["curve"] = [(int(p["step"]), p["format_rate"]) for p in points if p.get("format_rate") is not None]
+            row["still_falling"] = still_falling(points)  # "" or "; its held-out loss was still falling (...)"
             row["curve_items"] = (r.results.get("config") or {}).get("curve_items")  # 0: no held-out slice
     for (model, task), row in table.items():
         for base in ("zero-shot", "few-shot"):
@@ -79,13 +82,12 @@ def rows(out: Path, seed: int) -> list[dict]:
     return [table[k] for k in sorted(table)]
 
 
-def held_out_format(path: Path) -> list[tuple[int, float]]:
-    """(step, format_rate) at each curve point of a tuned run's held-out slice; [] without a readable curve."""
+def curve_points(path: Path) -> list[dict]:
+    """A tuned run's learning curve (curve.jsonl); [] without a readable one."""
     try:
-        points = read_curve(path)
+        return read_curve(path)
     except (OSError, ValueError):
         return []
-    return [(int(p["step"]), p["format_rate"]) for p in points if p.get("format_rate") is not None]
 
 
 def _curve(row: dict) -> str:
@@ -131,7 +133,8 @@ def saturated(row: dict) -> str:
         shown = "-" if scored is None else f"{scored:.2f}"
         return f"not measured on a held-out slice (--curve-items 0); scored items {shown}"
     if row.get("format_step") is None:
-        return f"no: held-out format_rate never reached {FOLLOWS_FORMAT:.2f} in {row.get('steps_run')} steps"
+        return (f"no: held-out format_rate never reached {FOLLOWS_FORMAT:.2f} in {row.get('steps_run')} steps"
+                + row.get("still_falling", ""))
     if scored is None or scored < FOLLOWS_FORMAT:
         shown = "-" if scored is None else f"{scored:.2f}"
         return f"held-out only (step {row['format_step']}); scored items {shown}"

@@ -42,6 +42,22 @@ def test_rows_and_table_say_where_the_format_saturated(tmp_path):
     assert claim_a.why_not(mmlu) == "-"  # every scored item followed the format
 
 
+def test_a_format_not_reached_says_whether_the_held_out_loss_was_still_falling(tmp_path):
+    """The row of a tuning that missed the format says, as its run's last line did, whether the held-out loss was
+    still falling at the last curve point (so more steps may reach it) -- read from its curve.jsonl."""
+    def curve(losses):
+        return [{"step": 40 * i, "loss": None if i == 0 else 1.0, "format_rate": 0.25, "accuracy": 0.0,
+                 "held_out_loss": x} for i, x in enumerate(losses)]
+
+    for task, losses in (("gsm8k", [2.7, 1.31, 0.96]), ("math500", [1.27, 1.19, 1.185])):
+        write_run(tmp_path, "m", task, "soft-prompt", [False] * 4, format_ok=[False] * 4,
+                  tuning={"format_0.9_step": None, "steps_run": 80}, curve=curve(losses))
+    falling, flat = (row for _, row in sorted((r["task"], r) for r in claim_a.rows(tmp_path, seed=0)))
+    assert claim_a.saturated(falling) == ("no: held-out format_rate never reached 0.90 in 80 steps; its held-out "
+                                          "loss was still falling (1.31 at step 40, 0.96 at step 80)")
+    assert claim_a.saturated(flat) == "no: held-out format_rate never reached 0.90 in 80 steps"  # 0.4% below
+
+
 def test_a_soft_prompt_that_reached_the_format_only_on_the_held_out_slice_is_not_called_saturated():
     row = {"soft-prompt": {"accuracy": 0.1, "format_rate": 0.7}, "format_step": 40, "steps_run": 80}
     assert claim_a.saturated(row) == "held-out only (step 40); scored items 0.70"
