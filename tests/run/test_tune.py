@@ -323,6 +323,10 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     after = not_reached(curve, cfg=RunConfig(model="m", task="gsm8k"))  # it tuned with the recipe: not told it again
     assert after.endswith(AFTER_THE_RECIPE) and "--lr 0.3" not in after
     assert not_reached(curve, cfg=RunConfig(model="m", task="gsm8k", lr=0.1)).endswith(ADVICE["soft-prompt"])
+    # a warm start with the rest of the recipe goes on from a soft prompt: not told --init instruction and the rest
+    warm = RunConfig(model="m", task="gsm8k", init="from:runs/m/gsm8k/soft-prompt/seed1/soft_prompt")
+    assert not_reached(curve, cfg=warm).endswith(AFTER_THE_RECIPE)
+    assert not_reached(curve, cfg=dataclasses.replace(warm, lr=0.1)).endswith(ADVICE["soft-prompt"])
 
 
 @settings(max_examples=200, deadline=None)

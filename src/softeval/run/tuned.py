@@ -7,7 +7,7 @@ from pathlib import Path
 
 from softeval.consoles import progress_bar
 from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
-from softeval.lm.softprompt import SoftPrompt, init_record
+from softeval.lm.softprompt import SoftPrompt, init_record, init_source
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
@@ -38,9 +38,16 @@ def not_reached(curve: list[dict], method: str = "soft-prompt", cfg: RunConfig |
     if not points:
         return "not measured (no held-out slice: --curve-items 0)"
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
-    recipe = method == "soft-prompt" and cfg is not None and all(getattr(cfg, k) == v for k, v in WORKED.items())
+    recipe = method == "soft-prompt" and cfg is not None and tuned_with_the_recipe(cfg)
     return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}"
             f"{still_falling(curve)}): " + (AFTER_THE_RECIPE if recipe else ADVICE[method]))
+
+
+def tuned_with_the_recipe(cfg: RunConfig) -> bool:
+    """The run's soft prompt tuned with the defaults for worked solutions; a warm start (--init from:PATH) counts
+    with the rest of them, as it goes on from a soft prompt rather than starting from an init."""
+    return all(getattr(cfg, key) == value or (key == "init" and init_source(cfg.init) is not None)
+               for key, value in WORKED.items())
 
 
 def still_falling(curve: list[dict]) -> str:
