@@ -54,10 +54,12 @@ def still_falling(curve: list[dict]) -> str:
     """``; its held-out loss was still falling (A at step S, B at step T)`` when the last curve point's held-out
     loss is below the one before by more than early stop's EARLY_STOP_MIN_DELTA (it was still learning when the
     steps ran out: more steps, or a warm start from the soft prompt, may go on); else empty."""
-    losses = [p for p in curve if p.get("held_out_loss") is not None]
-    if len(losses) < 2 or losses[-1]["held_out_loss"] >= losses[-2]["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA):
+    measured = [p for p in curve if p.get("held_out_loss") is not None]  # the curve points with a held-out loss
+    if len(measured) < 2:
         return ""
-    before, last = losses[-2], losses[-1]
+    before, last = measured[-2], measured[-1]
+    if last["held_out_loss"] >= before["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA):
+        return ""
     return (f"; its held-out loss was still falling ({before['held_out_loss']:.2f} at step {before['step']}, "
             f"{last['held_out_loss']:.2f} at step {last['step']})")
 
