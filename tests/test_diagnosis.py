@@ -1,9 +1,12 @@
 """Why an output failed the format (softeval.diagnosis): each cause comes from an output built for it,
-and a chain of thought cut off by the token limit is that, not a style failure."""
+a chain of thought cut off by the token limit is that, not a style failure, and an output that marked its answer
+and ran on is a style failure."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from softeval.diagnosis import CAUSES, failure_cause
 from softeval.run.scoring import score_output
@@ -38,3 +41,28 @@ def test_a_cut_off_chain_of_thought_is_a_token_limit_not_a_style_failure():
     assert failure_cause(sample, "Question: ...", (), False, True) == "max_new_tokens"
     assert failure_cause(sample, "Question: ...", (), False, False) == "wrong_style"
     assert set(CAUSES) == {"empty", "max_new_tokens", "wrong_style", "refusal_or_echo", "other"}
+
+
+def test_an_answer_line_in_another_style_that_then_ran_on_is_a_style_failure():
+    """Seen on a GSM8K soft prompt: "#### 4 pizzas", then the same line again to the token limit. It answered (a
+    longer budget cures nothing): wrong_style, where an unmarked chain of thought cut off stays max_new_tokens."""
+    example = Example(id="g", fields={"question": "How many pizzas?"}, gold="20")
+    output = " 4 pizzas\n" + "#### 4 pizzas\n" * 40
+    sample = score_output(GSM8K, example, output)
+    assert not sample["format_ok"] and GSM8K.answer_marked(output)
+    assert failure_cause(sample, "Question: ...", (), False, True, GSM8K.answer_marked(output)) == "wrong_style"
+    cut = "She starts with 3 apples, then buys 4 more, so"
+    assert not GSM8K.answer_marked(cut) and MMLU.answer_marked is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(alphabet="abc 0123456789/.\n", max_size=40), st.sampled_from(["#### ", "The answer is "]),
+       st.text(alphabet="abc 0123456789/.\n", max_size=40))
+def test_property_an_output_that_marks_an_answer_it_gives_is_never_called_cut_off(before, mark, after):
+    example = Example(id="g", fields={"question": "How many?"}, gold="7")
+    output = before + mark + after
+    sample = score_output(GSM8K, example, output)
+    cause = failure_cause(sample, "Question: ...", (), False, True, GSM8K.answer_marked(output))
+    assert GSM8K.answer_marked(output)
+    if cause not in (None, "empty", "refusal_or_echo"):  # it answered (a number read) exactly when wrong_style
+        assert (cause == "wrong_style") == (sample["lenient"] is not None)

@@ -10,7 +10,8 @@ a soft prompt, a chat template). Causes are tried in this order, the first that 
   with a stretch of the prompt that is not just one option's text, or it starts a new "Question:");
 - ``wrong_style``: the lenient reader found an answer, so the model answered, in another form; for
   a free-form task this counts only if the output ended by itself (a cut-off chain of thought
-  leaves numbers behind that are no answer);
+  leaves numbers behind that are no answer) or marked an answer of its own (``Task.answer_marked``:
+  GSM8K's "#### 4 pizzas", then the same line again to the limit, is a style, not a budget, to fix);
 - ``max_new_tokens``: the output hit the token limit before any answer;
 - ``other``.
 """
@@ -54,8 +55,9 @@ def is_echo(output: str, prompt: str, options: Sequence[str] = ()) -> bool:
 
 
 def failure_cause(sample: dict, prompt: str, options: Sequence[str] = (), multiple_choice: bool = False,
-                  hit_limit: bool | None = None) -> str | None:
-    """The cause of a strict-format failure (one of ``CAUSES``), or None when the format was followed."""
+                  hit_limit: bool | None = None, marked: bool = False) -> str | None:
+    """The cause of a strict-format failure (one of ``CAUSES``), or None when the format was followed;
+    ``marked``: the output marks an answer of its own (``Task.answer_marked``)."""
     if sample.get("format_ok"):
         return None
     output = str(sample.get("output") or "")
@@ -64,7 +66,7 @@ def failure_cause(sample: dict, prompt: str, options: Sequence[str] = (), multip
     if _REFUSAL.search(output) or is_echo(output, prompt, options):
         return "refusal_or_echo"
     answered = sample.get("lenient") is not None
-    if answered and (multiple_choice or not hit_limit):
+    if answered and (multiple_choice or not hit_limit or marked):
         return "wrong_style"
     if hit_limit:
         return "max_new_tokens"

@@ -18,16 +18,16 @@ from softeval.tasks.base import Task
 
 # name: (revision, digest of its code and settings as that revision was recorded)
 RECORDED = {
-    "arc_challenge": (1, '092fad3f13524117'),
-    "arc_easy": (1, 'a04d3e1f15cdd8a4'),
-    "belebele": (1, '123fce2ed9113976'),
-    "boolq": (1, '73a62115f3fd66c7'),
-    "gsm8k": (2, '228718bd423ac61a'),
-    "hellaswag": (1, 'aa53ee337619b466'),
-    "math500": (1, '0b7a9b389fde4285'),
-    "mmlu": (1, '1dcff67258e56b3f'),
-    "squad": (1, '687d0286185e45e2'),
-    "triviaqa": (1, 'f6b0599f6c2de799'),
+    "arc_challenge": (1, '5e83211687a9c6d7'),
+    "arc_easy": (1, 'f4ef441c09c6bd53'),
+    "belebele": (1, '89c2bd7a5429eb0f'),
+    "boolq": (1, '440fb3b1acce7b22'),
+    "gsm8k": (2, '36fbcf436751da35'),
+    "hellaswag": (1, '04f68ccabd5f9fa8'),
+    "math500": (1, '49472ccf1b9ecf45'),
+    "mmlu": (1, 'd0ca02da8d5c0731'),
+    "squad": (1, 'bcab3388a1be10bc'),
+    "triviaqa": (1, '4e1c3678fea86d23'),
 }
 
 CALLABLES = ("render", "target", "strict", "lenient", "match", "load", "cloze", "cloze_choices", "contexts")

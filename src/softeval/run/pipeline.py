@@ -273,7 +273,9 @@ def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, ad
         sample = score_output(task, example, row["output"])
         prompt = prompter.text(example, method)
         sample["hit_max_new_tokens"] = row.get("hit_limit")
-        sample["failure"] = failure_cause(sample, prompt, example.options, task.multiple_choice, row.get("hit_limit"))
+        marked = task.answer_marked is not None and task.answer_marked(row["output"])
+        sample["failure"] = failure_cause(sample, prompt, example.options, task.multiple_choice, row.get("hit_limit"),
+                                          marked)
         if row.get("option_scores") is not None:
             add_letter_loglik(sample, example, row["option_scores"])
         if row.get("cloze_scores") is not None:

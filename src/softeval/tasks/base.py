@@ -111,6 +111,10 @@ class Task:
     # What a target is: "one-line" (a letter, a word, a short answer) or "worked-solution" (reasoning lines that
     # end in an answer line, "#### 42"). Some tuning options default by it (run/config.py, TARGET_DEFAULTS).
     target_kind: str = ONE_LINE
+    # Whether an output marks an answer of its own (GSM8K: a "####" or "the answer is"): such an output that missed the
+    # format answered in another style, even where it then ran on to the token limit (softeval.diagnosis); None: an
+    # output that hit the limit is read as cut off before its answer. Not a score: no revision.
+    answer_marked: Callable[[str], bool] | None = None
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""

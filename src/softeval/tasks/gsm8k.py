@@ -73,6 +73,11 @@ def lenient(output: str, example: Example) -> str | None:
     return normalize_number(numbers[-1]) if numbers else None
 
 
+def answer_marked(output: str) -> bool:
+    """A "####" or a "the answer is" anywhere: the output wrote an answer, in whatever form."""
+    return "####" in output or re.search(r"answer is", output, re.IGNORECASE) is not None
+
+
 NOTE = ("GSM8K offline copy has no train split: tuned on a seeded held-out part of test, scored on the rest; "
         "not comparable to full-test-split numbers")
 load = source_loader(to_example,
@@ -99,4 +104,5 @@ TASK = Task(
     max_new_tokens=256,
     revision=2,  # 2: no "\n\n" stop, the first "#### N" line (1: "\n\n" stopped, the last line counted)
     target_kind=WORKED_SOLUTION,
+    answer_marked=answer_marked,
 )
