@@ -44,10 +44,12 @@ def test_a_cut_off_chain_of_thought_is_a_token_limit_not_a_style_failure():
 
 
 def test_an_answer_line_in_another_style_that_then_ran_on_is_a_style_failure():
-    """Seen on a GSM8K soft prompt: "#### 4 pizzas", then the same line again to the token limit. It answered (a
-    longer budget cures nothing): wrong_style, where an unmarked chain of thought cut off stays max_new_tokens."""
+    """Seen on a GSM8K soft prompt: "#### 4 pizzas", then the same line again to the token limit (revision 2 took no
+    such line; revision 3 reads its 4, so here "the answer is"). It answered (a longer budget cures nothing):
+    wrong_style, where an unmarked chain of thought cut off stays max_new_tokens."""
     example = Example(id="g", fields={"question": "How many pizzas?"}, gold="20")
-    output = " 4 pizzas\n" + "#### 4 pizzas\n" * 40
+    assert score_output(GSM8K, example, " 4 pizzas\n" + "#### 4 pizzas\n" * 40)["format_ok"]
+    output = " 4 pizzas\n" + "The answer is 4 pizzas.\n" * 40
     sample = score_output(GSM8K, example, output)
     assert not sample["format_ok"] and GSM8K.answer_marked(output)
     assert failure_cause(sample, "Question: ...", (), False, True, GSM8K.answer_marked(output)) == "wrong_style"

@@ -85,20 +85,22 @@ def test_a_run_recorded_before_the_digests_is_a_run_of_other_settings(tmp_path):
 
 
 def test_a_built_in_task_revision_is_part_of_the_identity_from_2_on(tmp_path, monkeypatch):
-    """gsm8k's definition changed (revision 2: its stops and answer line); its runs record that, a run recorded
-    without it (revision 1, written before) is a run of other settings, and a later revision refuses this one."""
+    """gsm8k's definition changed (revision 2: its stops and answer line; 3: lm-eval's reading of it); its runs record
+    that, a run recorded without it (revision 1, written before) is a run of other settings, and a later revision
+    refuses this one."""
     from softeval.tasks import TASKS
 
-    assert "task_revision" not in RunConfig(model="m", task="mmlu").options("zero-shot")  # revision 1: as before
+    now = TASKS["gsm8k"].revision
+    assert now == 3 and "task_revision" not in RunConfig(model="m", task="mmlu").options("zero-shot")  # 1: as before
     first = _run("gsm8k", tmp_path / "coll")
-    assert first["config"]["task_revision"] == 2
+    assert first["config"]["task_revision"] == now
     (results,) = (tmp_path / "coll").rglob("results.json")
-    monkeypatch.setitem(TASKS, "gsm8k", dataclasses.replace(TASKS["gsm8k"], revision=3))
-    with pytest.raises(OtherSettings, match="task_revision: 2 -> 3"):
+    monkeypatch.setitem(TASKS, "gsm8k", dataclasses.replace(TASKS["gsm8k"], revision=now + 1))
+    with pytest.raises(OtherSettings, match=f"task_revision: {now} -> {now + 1}"):
         _run("gsm8k", tmp_path / "coll")
     monkeypatch.undo()
     old = json.loads(results.read_text())
     del old["config"]["task_revision"]  # as written before revisions existed
     results.write_text(json.dumps(old, indent=2))
-    with pytest.raises(OtherSettings, match="task_revision: not recorded -> 2"):
+    with pytest.raises(OtherSettings, match=f"task_revision: not recorded -> {now}"):
         _run("gsm8k", tmp_path / "coll")

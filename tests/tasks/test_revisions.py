@@ -22,7 +22,7 @@ RECORDED = {
     "arc_easy": (1, 'f4ef441c09c6bd53'),
     "belebele": (1, '89c2bd7a5429eb0f'),
     "boolq": (1, '440fb3b1acce7b22'),
-    "gsm8k": (2, '36fbcf436751da35'),
+    "gsm8k": (3, '21a6df50d0f971ea'),
     "hellaswag": (1, '04f68ccabd5f9fa8'),
     "math500": (1, '49472ccf1b9ecf45'),
     "mmlu": (1, 'd0ca02da8d5c0731'),

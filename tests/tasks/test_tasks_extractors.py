@@ -62,11 +62,14 @@ GSM8K_CASES = [
     ("#### 12\n#### 1234", "12", False, "12", False),
     ("#### 1234\n\nStep 12: the model writes on", "1234", True, "1234", True),  # what follows is not read
     (" 1234\n\nShe has 1,000 + 234\n#### 1234", "1234", True, "1234", True),  # a blank line before the answer
-    ("#### 2x + 43\n#### 1234", "1234", True, "1234", True),  # "#### 2x + 43" is no answer line
+    ("#### 2x + 43\n#### 1234", "2", False, "2", False),  # the first "#### N" wherever: lm-eval's strict-match reads 2
     ("The answer is 1234.", None, False, "1234", True),
     ("It costs 1,234 dollars in total", None, False, "1234", True),
-    ("#### 1234 dollars", None, False, "1234", True),  # final line is more than the number
-    ("So the total is 1234. #### 1234", None, False, "1234", True),  # not on its own line
+    ("#### 1234 dollars", "1234", True, "1234", True),  # a unit after the number (revision 2 took no such line)
+    ("So the total is 1234. #### 1234", "1234", True, "1234", True),  # not on its own line
+    ("#### 1/15", "1", False, "1", False),  # a fraction: its numerator, as lm-eval's regex reads it
+    ("The answer is 1234.", None, False, "1234", True),
+    ("5 + 6 = 11, so 1234", None, False, "1234", True),
     ("#### -5", "-5", False, "-5", False),
     ("####", None, False, None, False),
     ("", None, False, None, False),

