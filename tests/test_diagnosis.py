@@ -12,6 +12,7 @@ from softeval.diagnosis import CAUSES, failure_cause
 from softeval.run.scoring import score_output
 from softeval.tasks.base import Example
 from softeval.tasks.gsm8k import TASK as GSM8K
+from softeval.tasks.math500 import TASK as MATH500
 from softeval.tasks.mmlu import TASK as MMLU
 
 MMLU_EXAMPLE = Example(id="q", fields={"question": "What is the capital of France?"}, gold="B",
@@ -55,6 +56,19 @@ def test_an_answer_line_in_another_style_that_then_ran_on_is_a_style_failure():
     assert failure_cause(sample, "Question: ...", (), False, True, GSM8K.answer_marked(output)) == "wrong_style"
     cut = "She starts with 3 apples, then buys 4 more, so"
     assert not GSM8K.answer_marked(cut) and MMLU.answer_marked is None
+
+
+def test_a_math_solution_that_said_its_answer_unboxed_and_ran_on_is_a_style_failure():
+    example = Example(id="m", fields={"problem": "What is 1/2 + 1/4?", "solution": "\\boxed{\\frac{3}{4}}"},
+                      gold="\\frac{3}{4}")
+    output = "We add the fractions. The answer is $\\frac{3}{4}$.\n" * 30
+    sample = score_output(MATH500, example, output)
+    assert not sample["format_ok"] and sample["lenient_correct"]
+    assert failure_cause(sample, "Problem: ...", (), False, True, MATH500.answer_marked(output)) == "wrong_style"
+    cut = "We add the fractions: \\boxed{\\frac{3"  # cut off inside its box: a longer budget would finish it
+    assert not MATH500.answer_marked(cut)
+    assert failure_cause(score_output(MATH500, example, cut), "Problem: ...", (), False, True,
+                         MATH500.answer_marked(cut)) == "max_new_tokens"
 
 
 @settings(max_examples=80, deadline=None)

@@ -24,7 +24,7 @@ RECORDED = {
     "boolq": (1, '440fb3b1acce7b22'),
     "gsm8k": (3, '21a6df50d0f971ea'),
     "hellaswag": (1, '04f68ccabd5f9fa8'),
-    "math500": (1, '49472ccf1b9ecf45'),
+    "math500": (1, 'ed4927f9da6f2135'),
     "mmlu": (1, 'd0ca02da8d5c0731'),
     "squad": (1, 'bcab3388a1be10bc'),
     "triviaqa": (1, '4e1c3678fea86d23'),

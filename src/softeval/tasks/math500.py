@@ -82,6 +82,11 @@ def _said(output: str) -> str | None:
     return None
 
 
+def answer_marked(output: str) -> bool:
+    """A "the answer is" anywhere: the output said its answer, if not boxed (an unclosed ``\boxed{`` was cut off)."""
+    return re.search(r"answer is", output, re.IGNORECASE) is not None
+
+
 def match(answer: str | None, example: Example) -> bool:
     return equivalent(answer, example.gold)
 
@@ -139,4 +144,5 @@ TASK = Task(
     max_new_tokens=512,
     target_kind=WORKED_SOLUTION,
     cue="Solution:",
+    answer_marked=answer_marked,
 )
