@@ -198,8 +198,9 @@ def test_early_stop_records_its_step_and_equals_the_full_run_up_to_it(lm):
     assert early.early_stop_step == 20 and early.steps_run == 20  # the first step it may stop at
     assert early.summary()["early_stop_step"] == 20 and full.summary()["early_stop_step"] is None
     assert [p["step"] for p in early.curve if p["format_rate"] is not None] == [0, 10, 20]
-    assert all(p["held_out_loss"] > 0 for p in early.curve if p["format_rate"] is not None)
-    assert "held_out_loss" not in full.curve[-1]  # only computed when early stop is on
+    assert all(p["held_out_loss"] > 0 for run in (early, full) for p in run.curve if p["format_rate"] is not None)
+    assert [p["held_out_loss"] for p in early.curve if p["format_rate"] is not None] == [
+        p["held_out_loss"] for p in full.curve if p["format_rate"] is not None][:3]  # with early stop or without
     # Same seeded batches: the stopped run is the full run's trajectory cut at that step.
     assert [p["loss"] for p in early.curve] == [p["loss"] for p in full.curve][:21]
     assert full.steps_run == 60
@@ -333,18 +334,22 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
 @given(st.lists(st.floats(0.01, 5.0), min_size=0, max_size=6))
 def test_a_held_out_loss_is_said_to_be_still_falling_only_when_its_last_point_fell_past_the_early_stop_delta(losses):
     """The end of a tuning that missed the format says the held-out loss was still falling exactly when its last
-    point is more than EARLY_STOP_MIN_DELTA below the one before, and the two numbers it shows are those points'."""
-    from softeval.run.tune import EARLY_STOP_MIN_DELTA
+    point is more than EARLY_STOP_MIN_DELTA below the lowest earlier one, the rule early stop's plateau reads, and the
+    two numbers it shows are those points'."""
+    from softeval.run.tune import EARLY_STOP_MIN_DELTA, EARLY_STOP_MIN_POINTS, plateau
     from softeval.run.tuned import not_reached, still_falling
 
     curve = [{"step": 20 * i, "loss": None, "format_rate": 0.0, "held_out_loss": x} for i, x in enumerate(losses)]
     said = still_falling(curve)
-    falling = len(losses) >= 2 and losses[-1] < losses[-2] * (1 - EARLY_STOP_MIN_DELTA)
+    falling = len(losses) >= 2 and losses[-1] < min(losses[:-1]) * (1 - EARLY_STOP_MIN_DELTA)
     assert bool(said) == falling
     if falling:
-        n = len(losses)
-        assert said == (f"; its held-out loss was still falling ({losses[-2]:.2f} at step {20 * (n - 2)}, "
+        n, low = len(losses), losses[:-1].index(min(losses[:-1]))
+        assert said == (f"; its held-out loss was still falling ({losses[low]:.2f} at step {20 * low}, "
                         f"{losses[-1]:.2f} at step {20 * (n - 1)})")
+    followed = [{**p, "format_rate": 1.0} for p in curve]  # the same losses where the format was reached
+    if len(curve) > EARLY_STOP_MIN_POINTS:
+        assert plateau(followed, 16) is not falling  # early stop waits exactly while the loss is said to fall
     if curve:
         assert ("still falling" in not_reached(curve)) == falling
 

@@ -62,8 +62,8 @@ class TuneConfig:
     pass_tokens: int = 0
     # Stop at a curve point once the held-out slice follows the format and has plateaued (``plateau``):
     # its format_rate is at least FOLLOWS_FORMAT, its target loss did not improve on the best earlier point
-    # by EARLY_STOP_MIN_DELTA (relative) and its format_rate did not move. Every curve point then also
-    # records ``held_out_loss``.
+    # by EARLY_STOP_MIN_DELTA (relative) and its format_rate did not move. Every curve point records
+    # ``held_out_loss``, early stop or not (a tuning that did not reach the format says whether it still fell).
     early_stop: bool = RunConfig.early_stop
     # the dtype of tuning's forward and backward (lm/precision.py); scoring keeps the run's dtype
     tune_dtype: str = RunConfig.tune_dtype
@@ -133,11 +133,19 @@ def plateau(curve: list[dict], n_items: int) -> bool:
     points = [p for p in curve if p.get("held_out_loss") is not None]
     if len(points) < EARLY_STOP_MIN_POINTS + 1 or points[-1]["format_rate"] < FOLLOWS_FORMAT:
         return False
-    last, earlier = points[-1], points[:-1]
-    best = min(p["held_out_loss"] for p in earlier)
-    still_learning = last["held_out_loss"] < best * (1 - EARLY_STOP_MIN_DELTA)
-    format_moved = abs(last["format_rate"] - earlier[-1]["format_rate"]) > 1 / max(1, n_items) + 1e-9
-    return not still_learning and not format_moved
+    format_moved = abs(points[-1]["format_rate"] - points[-2]["format_rate"]) > 1 / max(1, n_items) + 1e-9
+    return still_learning(points) is None and not format_moved
+
+
+def still_learning(curve: list[dict]) -> dict | None:
+    """The earlier curve point with the lowest held-out loss when the last point's is below it by more than
+    EARLY_STOP_MIN_DELTA (relative): the loss was still falling at the last point; else None (also with fewer than
+    two points with a held-out loss). The one rule for early stop's plateau and the end of tuning's words."""
+    points = [p for p in curve if p.get("held_out_loss") is not None]
+    if len(points) < 2:
+        return None
+    best = min(points[:-1], key=lambda p: p["held_out_loss"])
+    return best if points[-1]["held_out_loss"] < best["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA) else None
 
 
 def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -240,7 +248,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
         plan = length_grouped(plan, lambda i: sum(map(len, pair(i))), config.length_group, config.seed)
 
     def scored() -> dict:
-        return curve_point(lm, prompter, curve_items, _detached(part.soft), config.eval_batch_size, config.early_stop,
+        return curve_point(lm, prompter, curve_items, _detached(part.soft), config.eval_batch_size, True,
                            part.method, config.answer_share)
 
     curve: list[dict] = []

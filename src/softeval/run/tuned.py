@@ -11,7 +11,7 @@ from softeval.lm.softprompt import SoftPrompt, init_record, init_source
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
-from softeval.run.tune import EARLY_STOP_MIN_DELTA, TuneConfig, TuneResult, tune
+from softeval.run.tune import TuneConfig, TuneResult, still_learning, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 ADVICE = {  # what to try when the held-out format was never reached, per method
@@ -52,15 +52,14 @@ def tuned_with_the_recipe(cfg: RunConfig) -> bool:
 
 def still_falling(curve: list[dict]) -> str:
     """``; its held-out loss was still falling (A at step S, B at step T)`` when the last curve point's held-out
-    loss is below the one before by more than early stop's EARLY_STOP_MIN_DELTA (it was still learning when the
-    steps ran out: more steps, or a warm start from the soft prompt, may go on); else empty."""
-    measured = [p for p in curve if p.get("held_out_loss") is not None]  # the curve points with a held-out loss
-    if len(measured) < 2:
+    loss B is below the lowest earlier one A by more than early stop's EARLY_STOP_MIN_DELTA (``tune.still_learning``,
+    the rule early stop reads: it was still learning when the steps ran out, so more steps or a warm start from
+    the soft prompt may go on); else empty."""
+    best = still_learning(curve)
+    if best is None:
         return ""
-    before, last = measured[-2], measured[-1]
-    if last["held_out_loss"] >= before["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA):
-        return ""
-    return (f"; its held-out loss was still falling ({before['held_out_loss']:.2f} at step {before['step']}, "
+    last = [p for p in curve if p.get("held_out_loss") is not None][-1]
+    return (f"; its held-out loss was still falling ({best['held_out_loss']:.2f} at step {best['step']}, "
             f"{last['held_out_loss']:.2f} at step {last['step']})")
 
 
