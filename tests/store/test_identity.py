@@ -24,7 +24,7 @@ def test_options_only_one_method_reads_and_the_scored_item_set_are_not_differenc
 
 def test_shared_settings_and_an_unrecorded_task_revision_are_named():
     old = {k: v for k, v in ZERO.items() if k != "task_revision"}  # written before GSM8K's revision 2
-    changed = "task_revision: not recorded -> 2, the task's definition changed (docs/tasks.md)"
+    changed = f"task_revision: not recorded -> {SOFT['task_revision']}, the task's definition changed (docs/tasks.md)"
     assert setting_diff(old, SOFT) == [changed]
     assert setting_diff({**ZERO, "dtype": "bfloat16"}, SOFT) == [f"dtype: 'bfloat16' -> {SOFT['dtype']!r}"]
 
