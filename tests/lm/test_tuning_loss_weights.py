@@ -28,10 +28,11 @@ def test_the_answer_lines_get_their_share_and_the_weights_sum_to_one(rows, share
     assert sum(map(sum, weights)) == pytest.approx(1.0)
     on_line = 0.0
     for text, row in zip(texts, weights):
-        start = text.rstrip().rindex("\n")  # one token a character: the last line from its new line, and after it
+        end = len(text.rstrip())  # one token a character: the last line from its new line to its last text token
+        start = text[:end].rindex("\n")
         assert all(w > 0 for w in row)
-        on_line += sum(row[start:])
-        assert len(set(row[start:])) == 1 and len(set(row[:start])) == 1  # a mean over each part's tokens
+        on_line += sum(row[start:end])
+        assert len(set(row[start:end])) == 1 and len(set(row[:start] + row[end:])) == 1  # a mean over each part
     assert on_line == pytest.approx(share)
 
 
@@ -39,9 +40,10 @@ def test_no_answer_line_apart_from_the_rest_is_the_plain_mean():
     assert tuning_loss.answer_line_weights(TOK, [_ids("#### 42")], 0.5) is None  # one line: nothing to weigh
     assert tuning_loss.answer_line_weights(TOK, [_ids("a\n#### 4")], None) is None  # no share asked
     assert tuning_loss.answer_line_weights(TOK, [_ids("x\n12"), _ids("7")], 0.5) is not None
-    eos = TOK.eos_token_id  # the end token, blank once decoded, belongs to the answer line, not a line of its own
-    weights = tuning_loss.answer_line_weights(TOK, [_ids("ab\n#### 4\n") + [eos]], 0.5)
-    assert weights[0][:2] == [0.5 / 2] * 2 and weights[0][2:] == [0.5 / 9] * 9  # "\n#### 4\n" and the end token
+    eos = TOK.eos_token_id  # the end token and a trailing new line weigh as the solution: "a number, then stop" is
+    weights = tuning_loss.answer_line_weights(TOK, [_ids("ab\n#### 4\n") + [eos]], 0.5)  # not half of "#### N"
+    rest, line = 0.5 / 4, 0.5 / 7  # "ab", the last "\n" and the end token; "\n#### 4"
+    assert weights[0] == [rest] * 2 + [line] * 7 + [rest] * 2
 
 
 def _batch(lm):

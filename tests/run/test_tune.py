@@ -402,7 +402,7 @@ def test_with_an_answer_share_the_held_out_loss_is_the_weighted_one_tuning_minim
     weights = tuning_loss.answer_line_weights(lm.tokenizer, targets, 0.8)
     assert weighted == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft, weights)), rel=1e-5)
     assert plain == pytest.approx(float(tuning_loss.target_loss(lm, prompts, targets, soft)), rel=1e-5)
-    assert weighted != pytest.approx(plain, rel=1e-3)
+    assert weighted != pytest.approx(plain, rel=1e-4)  # a tiny random model: close, yet 10x the 1e-5 above
 
 
 def test_a_checkpoint_whose_held_out_loss_was_not_the_weighted_one_is_not_resumed(lm, tmp_path):

@@ -47,3 +47,12 @@ def test_a_saved_soft_prompt_scored_again_reads_no_tuning_option():
     assert identity_diff({**old, "soft_prompt_sha256": "b" * 64}, saved) == [
         "soft_prompt_sha256: the contents differ (bbbbbbbbbbbb… -> aaaaaaaaaaaa…)"]
     assert identity_diff({**SOFT, "lr": 0.03}, SOFT) == ["lr: 0.03 -> 0.3"]  # a tuned run reads it
+
+
+def test_a_weighted_run_recorded_before_the_answer_line_lost_its_end_token_is_another_run():
+    new = RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)  # worked solutions: a share
+    assert new["answer_share"] == 0.5 and new["answer_line"] == 2
+    old = {k: v for k, v in new.items() if k != "answer_line"}
+    assert identity_diff(old, new) == ["answer_line: not recorded -> 2, what --answer-share weighs as the answer "
+                                       "line changed (docs/design.md)"]
+    assert identity_diff({**old, "method": "zero-shot"}, {**new, "method": "zero-shot"}) == []  # not read

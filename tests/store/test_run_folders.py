@@ -98,7 +98,9 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     assert "epochs" in identity_of(dataclasses.replace(config, epochs=2.0).options("lora"))
     shared = dataclasses.replace(config, answer_share=0.5)
     assert identity_of(shared.options("soft-prompt"))["answer_share"] == 0.5
-    assert "answer_share" not in identity_of(shared.options("zero-shot"))  # untuned methods do not read it
+    assert identity_of(shared.options("soft-prompt"))["answer_line"] == 2  # what the share weighs: with it only
+    assert "answer_line" not in identity_of(config.options("soft-prompt"))
+    assert not {"answer_share", "answer_line"} & set(identity_of(shared.options("zero-shot")))  # untuned: not read
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
     tuning = {"steps", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora

@@ -26,6 +26,12 @@ from softeval.lm.softprompt import layout_inputs
 
 Weights = Sequence[Sequence[float]]
 
+# What the answer line of ``answer_line_weights`` holds, numbered as a task's definition is (part of a weighted run's
+# identity: run.config records it beside --answer-share). 2: the answer line ends at its last text token, the end
+# token and trailing blanks weigh as the solution does (1: they were in the answer line, so "a bare number, then
+# stop" weighed per token about as much as "#### N": docs/knowledge.md, "Claim (a)").
+ANSWER_LINE_REVISION = 2
+
 
 def target_loss(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence[list[int]],
                 soft: torch.Tensor, weights: Weights | None = None) -> torch.Tensor:
@@ -54,8 +60,8 @@ def target_loss(lm: LoadedModel, prompts: Sequence[list[int]], targets: Sequence
 
 def answer_line_weights(tokenizer, targets: Sequence[list[int]], share: float | None) -> Weights | None:
     """Token weights that give each target's last line (the answer line: from the last token holding a
-    new line, trailing blank tokens and the end token aside, to the end) ``share`` of a batch's loss and the rest
-    of the targets the remainder, each part a mean over its tokens; None (the plain mean) when
+    new line to the last token with text; trailing blank tokens and the end token are not in it) ``share`` of a
+    batch's loss and the rest of the targets the remainder, each part a mean over its tokens; None (the plain mean) when
     ``share`` is None or the batch has no answer line apart from the rest (one-line targets)."""
     if share is None:
         return None
@@ -74,8 +80,10 @@ def _answer_line_mask(tokenizer, target: tuple[int, ...]) -> tuple[bool, ...]:
     while end and not texts[end - 1].strip():
         end -= 1
     breaks = [i for i in range(end) if "\n" in texts[i]]
-    start = breaks[-1] if breaks else 0  # the new line itself: where the model writes the answer line or stops
-    return tuple(i >= start for i in range(len(target)))
+    if not breaks:  # one line: no answer line apart from the rest
+        return (True,) * len(target)
+    start = breaks[-1]  # the new line itself: where the model writes the answer line or stops
+    return tuple(start <= i < end for i in range(len(target)))  # revision 2: the end token weighs as the rest
 
 
 _TARGET_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -26,8 +26,9 @@ from softeval.lm.lora import LORA_TARGETS
 from softeval.lm.models import pick_device, pick_dtype
 from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
+from softeval.lm.tuning_loss import ANSWER_LINE_REVISION
 from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS, WORKED_SOLUTION
-from softeval.store.identity import FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
+from softeval.store.identity import ANSWER_LINE, FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
 from softeval.tasks import TASKS, builtin_revision, target_kind
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
 from softeval.tasks.lmeval_bridge import identity as lmeval_identity
@@ -252,6 +253,8 @@ class RunConfig:
         for name in ("epochs", "answer_share"):  # not given: as runs recorded before the option existed ran
             if data[name] is None:
                 data.pop(name)
+        if "answer_share" in data:  # what the share weighs (lm.tuning_loss.ANSWER_LINE_REVISION)
+            data[ANSWER_LINE] = ANSWER_LINE_REVISION
         lm_eval = lmeval_identity(self.task, self.include_path)
         if lm_eval is not None:  # an lm-eval task is its YAML's content and lm-eval's version, not its name alone
             data[LM_EVAL] = lm_eval

@@ -27,8 +27,11 @@ NOT_IDENTITY = (
 # machine (a remote sweep's driver) leaves it out, and the worker compares it.
 TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
 MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
-TUNING = ("steps", "epochs", "lr_schedule", "answer_share", "curve_every", "length_group", "early_stop", "tune_dtype",
-          TUNE_DTYPE_RESOLVED)
+# What the answer line that --answer-share weighs holds (lm.tuning_loss.ANSWER_LINE_REVISION), recorded beside the
+# share from 2 on: a weighted run recorded without it weighed answer line 1.
+ANSWER_LINE = "answer_line"
+TUNING = ("steps", "epochs", "lr_schedule", "answer_share", ANSWER_LINE, "curve_every", "length_group", "early_stop",
+          "tune_dtype", TUNE_DTYPE_RESOLVED)
 SOFT_PROMPT_TUNING = ("lr", "init")
 READ_ONLY_BY = {
     **dict.fromkeys(TUNING, TUNED_METHODS),
@@ -50,6 +53,11 @@ FINGERPRINT = "model_fingerprint"
 
 # A built-in task's definition (tasks.base.Task.revision), recorded from 2 on: a run written before ran 1.
 TASK_REVISION = "task_revision"
+
+
+# What a changed number of a definition means, said where a run of another one is refused.
+WHY_CHANGED = {TASK_REVISION: "the task's definition changed (docs/tasks.md)",
+               ANSWER_LINE: "what --answer-share weighs as the answer line changed (docs/design.md)"}
 
 
 def fingerprinted(options: dict) -> bool:
@@ -96,8 +104,8 @@ def identity_diff(old: dict, new: dict) -> list[str]:
                 else f"those of {paths[0]}, which the run scored"
             return (f"{key}: the contents of checkpoint {paths[1]} differ from {was} "
                     f"({old[key][:12]}… -> {new[key][:12]}…)")
-        if key == TASK_REVISION:
-            return f"{key}: {show(old, key)} -> {show(new, key)}, the task's definition changed (docs/tasks.md)"
+        if key in WHY_CHANGED:
+            return f"{key}: {show(old, key)} -> {show(new, key)}, {WHY_CHANGED[key]}"
         if key.endswith("_sha256") and isinstance(old.get(key), str) and isinstance(new.get(key), str):
             return f"{key}: the contents differ ({old[key][:12]}… -> {new[key][:12]}…)"
         return f"{key}: {show(old, key)} -> {show(new, key)}"
