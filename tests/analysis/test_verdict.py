@@ -190,7 +190,7 @@ def test_verdicts_read_run_folders(tmp_path):
 
 
 def test_runs_of_other_settings_are_not_judged(tmp_path, capsys):
-    """A GSM8K zero-shot run written before the task's revision 2 beside a soft-prompt run of revision 2: the
+    """A GSM8K zero-shot run written before the task's revision 2 beside a soft-prompt run of its current one: the
     pair's difference is not the method's alone, so no verdict reads it, and `softeval compare` says why."""
     from softeval.run.config import RunConfig
 
@@ -202,7 +202,7 @@ def test_runs_of_other_settings_are_not_judged(tmp_path, capsys):
     runs, _ = load_runs(tmp_path)
     (v,) = verdicts(runs)
     assert v.rule == "other-settings" and v.sentence.startswith("not judged: the soft-prompt and zero-shot runs")
-    assert "task_revision: not recorded -> 2" in v.sentence and "+0.50" in v.numbers()
+    assert f"task_revision: not recorded -> {soft['task_revision']}" in v.sentence and "+0.50" in v.numbers()
     parser = argparse.ArgumentParser()
     cli_analysis.register(parser.add_subparsers())
     args = parser.parse_args(["compare", str(tmp_path)])
