@@ -137,15 +137,16 @@ def plateau(curve: list[dict], n_items: int) -> bool:
     return still_learning(points) is None and not format_moved
 
 
-def still_learning(curve: list[dict]) -> dict | None:
-    """The earlier curve point with the lowest held-out loss when the last point's is below it by more than
-    EARLY_STOP_MIN_DELTA (relative): the loss was still falling at the last point; else None (also with fewer than
-    two points with a held-out loss). The one rule for early stop's plateau and the end of tuning's words."""
+def still_learning(curve: list[dict]) -> tuple[dict, dict] | None:
+    """(the earlier curve point with the lowest held-out loss, the last point) when the last point's loss is below
+    that one's by more than EARLY_STOP_MIN_DELTA (relative): the loss was still falling at the last point; else None
+    (also with fewer than two points with a held-out loss). The one rule for early stop's plateau and the end of
+    tuning's words."""
     points = [p for p in curve if p.get("held_out_loss") is not None]
     if len(points) < 2:
         return None
-    best = min(points[:-1], key=lambda p: p["held_out_loss"])
-    return best if points[-1]["held_out_loss"] < best["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA) else None
+    best, last = min(points[:-1], key=lambda p: p["held_out_loss"]), points[-1]
+    return (best, last) if last["held_out_loss"] < best["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA) else None
 
 
 def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:

@@ -55,10 +55,10 @@ def still_falling(curve: list[dict]) -> str:
     loss B is below the lowest earlier one A by more than early stop's EARLY_STOP_MIN_DELTA (``tune.still_learning``,
     the rule early stop reads: it was still learning when the steps ran out, so more steps or a warm start from
     the soft prompt may go on); else empty."""
-    best = still_learning(curve)
-    if best is None:
+    falling = still_learning(curve)
+    if falling is None:
         return ""
-    last = [p for p in curve if p.get("held_out_loss") is not None][-1]
+    best, last = falling
     return (f"; its held-out loss was still falling ({best['held_out_loss']:.2f} at step {best['step']}, "
             f"{last['held_out_loss']:.2f} at step {last['step']})")
 
