@@ -85,13 +85,13 @@ def test_a_run_recorded_before_the_digests_is_a_run_of_other_settings(tmp_path):
 
 
 def test_a_built_in_task_revision_is_part_of_the_identity_from_2_on(tmp_path, monkeypatch):
-    """gsm8k's definition changed (revision 2: its stops and answer line; 3: lm-eval's reading of it); its runs record
-    that, a run recorded without it (revision 1, written before) is a run of other settings, and a later revision
-    refuses this one."""
+    """gsm8k's definition changed (revision 2: its stops and answer line; 3: lm-eval's reading of it; 4: where
+    generation ends); its runs record that, a run recorded without it (revision 1, written before) is a run of
+    other settings, and a later revision refuses this one."""
     from softeval.tasks import TASKS
 
     now = TASKS["gsm8k"].revision
-    assert now == 3 and "task_revision" not in RunConfig(model="m", task="mmlu").options("zero-shot")  # 1: as before
+    assert now == 4 and "task_revision" not in RunConfig(model="m", task="mmlu").options("zero-shot")  # 1: as before
     first = _run("gsm8k", tmp_path / "coll")
     assert first["config"]["task_revision"] == now
     (results,) = (tmp_path / "coll").rglob("results.json")

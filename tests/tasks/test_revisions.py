@@ -18,19 +18,20 @@ from softeval.tasks.base import Task
 
 # name: (revision, digest of its code and settings as that revision was recorded)
 RECORDED = {
-    "arc_challenge": (1, '5e83211687a9c6d7'),
-    "arc_easy": (1, 'f4ef441c09c6bd53'),
-    "belebele": (1, '89c2bd7a5429eb0f'),
-    "boolq": (1, '440fb3b1acce7b22'),
-    "gsm8k": (3, '21a6df50d0f971ea'),
-    "hellaswag": (1, '04f68ccabd5f9fa8'),
-    "math500": (1, 'ed4927f9da6f2135'),
-    "mmlu": (1, 'd0ca02da8d5c0731'),
-    "squad": (1, 'bcab3388a1be10bc'),
-    "triviaqa": (1, '4e1c3678fea86d23'),
+    "arc_challenge": (1, 'd3e654e86aba8daf'),
+    "arc_easy": (1, 'ccacd096b6c187e6'),
+    "belebele": (1, 'a00779d72efc7f51'),
+    "boolq": (1, '931f205953797494'),
+    "gsm8k": (4, '3eea0a22dd523e7f'),
+    "hellaswag": (1, 'f46fe7ebd54ba417'),
+    "math500": (1, 'c9918d8aa3bbcdf1'),
+    "mmlu": (1, 'd909af5a718dd335'),
+    "squad": (1, '2612eee946516d65'),
+    "triviaqa": (1, '9827b682f739e355'),
 }
 
-CALLABLES = ("render", "target", "strict", "lenient", "match", "load", "cloze", "cloze_choices", "contexts")
+CALLABLES = ("render", "target", "strict", "lenient", "match", "load", "cloze", "cloze_choices", "contexts",
+             "answer_end")
 SETTINGS = ("stop", "max_new_tokens", "instruction", "cue", "multiple_choice", "description")
 
 

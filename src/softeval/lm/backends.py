@@ -16,7 +16,7 @@ import torch
 
 from softeval.lm import generation, vllm_args
 from softeval.lm.batching import Progress
-from softeval.lm.engine import HF, Engine, Generation, Names
+from softeval.lm.engine import HF, AnswerEnd, Engine, Generation, Names
 from softeval.lm.models import LoadedModel
 from softeval.lm.vllm_engine import VllmEngine
 
@@ -31,9 +31,10 @@ class HfEngine:
 
     def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                  max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
-                 first_ids: Sequence[list[int]] | None = None) -> Generation:
+                 first_ids: Sequence[list[int]] | None = None, answer_end: AnswerEnd = None) -> Generation:
         return generation.generate(self.lm, seqs, soft=soft, max_new_tokens=max_new_tokens, stop=stop,
-                                   batch_size=self.batch_size, first_ids=first_ids, progress=progress)
+                                   batch_size=self.batch_size, first_ids=first_ids, progress=progress,
+                                   answer_end=answer_end)
 
     def record(self) -> dict:
         return {"backend": HF}

@@ -1,11 +1,12 @@
 """The engine interface: what generates a run's outputs, whichever backend (``--backend``) runs it.
 
 An ``Engine`` takes token-id prompts (already templated by the caller) and an optional soft prompt, and
-gives back a ``Generation``: each greedy output cut at the first stop string or end marker,
-whether it ran out of ``max_new_tokens``, and with ``first_ids`` the log-probabilities of those tokens (a
-multiple-choice item's letters) as the first new one. Every backend keeps that contract: the same stop
-rule, the same decoding, texts and ``hit_limit`` that mean the same, so a run's files have one schema.
-``record`` is what results.json's ``engine`` says of it; ``close`` frees what it holds.
+gives back a ``Generation``: each greedy output cut at the first stop string or end marker (and where the
+task's answer is complete), whether it ran out of ``max_new_tokens``, and with ``first_ids`` the
+log-probabilities of those tokens (a multiple-choice item's letters) as the first new one. Every backend
+keeps that contract: the same stop rule, the same decoding, texts and ``hit_limit`` that mean the same, so
+a run's files have one schema. ``record`` is what results.json's ``engine`` says of it; ``close`` frees
+what it holds.
 
 Two engines are built in: ``backends.HfEngine`` (softeval's own loop on the transformers model,
 ``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one
@@ -16,7 +17,7 @@ engine's: they stay on the transformers model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +26,9 @@ import torch
 from softeval.lm.batching import Progress
 
 HF = "hf"  # the backend of softeval's own engine, and the default
+
+# A task's ``Task.answer_end``: the index where an output's answer is complete, or None while it is not
+AnswerEnd = Callable[[str], int | None] | None
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,13 @@ class Engine(Protocol):
 
     def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                  max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
-                 first_ids: Sequence[list[int]] | None = None) -> Generation:
+                 first_ids: Sequence[list[int]] | None = None,
+                 answer_end: AnswerEnd = None) -> Generation:
         """Greedy continuation of each token-id prompt (``soft``: the soft prompt's vectors
         [num_virtual_tokens, hidden_size], placed as ``softprompt.layout_inputs`` places them), cut at the
-        first of ``stop``, the model's end markers and EOS, at most ``max_new_tokens``; ``first_ids``: per
+        first of ``stop``, the model's end markers and EOS, at most ``max_new_tokens``, and then where
+        ``answer_end`` (a task's ``Task.answer_end``) finds the answer complete (``generation.finish``: an
+        engine may stop there or generate on and cut; ``hit_limit`` is False either way); ``first_ids``: per
         prompt, the tokens whose log-probabilities as the first new token ``Generation.first_logprobs``
         holds. Results in the caller's order; ``progress(n)`` told of each ``n`` prompts done."""
         ...

@@ -1,4 +1,4 @@
-"""Batched greedy generation on a frozen model, cut at stop strings, end markers and EOS.
+"""Batched greedy generation on a frozen model, cut at stop strings, end markers, EOS and a complete answer.
 
 Takes token-id sequences (already templated) and an optional soft prompt, laid out as every entry
 point of ``softeval.lm`` lays them (``softprompt.layout_inputs``), so zero-shot, few-shot and soft
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from softeval.lm.batching import Progress, length_batches
-from softeval.lm.engine import Generation
+from softeval.lm.engine import AnswerEnd, Generation
 from softeval.lm.kv_cache import (
     SharedPrefix,
     batch_inputs,
@@ -43,8 +43,10 @@ def generate(lm: LoadedModel, seqs: Sequence[list[int]], *, soft: torch.Tensor |
              max_new_tokens: int = 32, stop: Sequence[str] = (), batch_size: int | str = 8,
              progress: Progress = None, prefix_cache: bool | None = None, max_batch_size: int | None = None,
              first_ids: Sequence[list[int]] | None = None,
-             targets: Sequence[list[int]] | None = None, max_padding: float | None = None) -> Generation:
-    """Greedy continuation of each sequence, cut at the first stop string or EOS (``Generation``).
+             targets: Sequence[list[int]] | None = None, max_padding: float | None = None,
+             answer_end: AnswerEnd = None) -> Generation:
+    """Greedy continuation of each sequence, cut at the first stop string or EOS (``Generation``), or
+    where ``answer_end`` finds its answer complete (``finish``).
 
     ``targets``: also the summed negative log-likelihood of each sequence's target continuation
     (``Generation.target_nll``), read from the generation's own prefill (its cache and first-token
@@ -82,7 +84,7 @@ def generate(lm: LoadedModel, seqs: Sequence[list[int]], *, soft: torch.Tensor |
         for batch in length_batches([len(s) for s in seqs], size, max_padding):
             first = (lambda logp, b=batch: on_first(b, logp)) if firsts is not None else None
             part = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first,
-                                   [targets[i] for i in batch] if targets is not None else None)
+                                   [targets[i] for i in batch] if targets is not None else None, answer_end)
             for i, text, cut in zip(batch, part.texts, part.hit_limit):
                 outputs[i], limited[i] = text, cut
             if targets is not None:
@@ -100,7 +102,7 @@ def _stop_window(lm: LoadedModel, stop: Sequence[str]) -> int:
 
 
 def _generate_batch(lm: LoadedModel, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
-                    on_first=None, targets=None) -> Generation:
+                    on_first=None, targets=None, answer_end: AnswerEnd = None) -> Generation:
     """The ``Generation`` of one batch (with ``targets``, each row's target negative log-likelihood
     from ``_targets_nll``)."""
     inputs = batch_inputs(lm, seqs, soft, prefix)
@@ -133,6 +135,9 @@ def _generate_batch(lm: LoadedModel, seqs, soft, max_new_tokens, stop, prefix: S
                 if any(s in tail for s in stop):
                     ended.add(row)
                     continue
+            if answer_end is not None and answer_end(decode(tokens[row], skip_special_tokens=False)) is not None:
+                ended.add(row)
+                continue
             keep.append(slot)
         if not keep or len(tokens[live[keep[0]]]) >= max_new_tokens:
             break
@@ -147,7 +152,7 @@ def _generate_batch(lm: LoadedModel, seqs, soft, max_new_tokens, stop, prefix: S
             cache=cache, use_cache=True)
         cache = output_cache(out)
         next_pos = next_pos + 1
-    return Generation([cut_at_stop(decode(t, skip_special_tokens=False), stop) for t in tokens],
+    return Generation([finish(decode(t, skip_special_tokens=False), stop, answer_end)[0] for t in tokens],
                       [row not in ended and max_new_tokens > 0 for row in range(len(seqs))], nll)
 
 
@@ -183,6 +188,16 @@ def end_markers(lm: LoadedModel) -> tuple[str, ...]:
         ids.add(end)
     texts = (lm.tokenizer.decode([i], skip_special_tokens=False) for i in sorted(ids))
     return tuple(t for t in texts if t.strip())
+
+
+def finish(text: str, stop: Sequence[str], answer_end: AnswerEnd = None) -> tuple[str, bool]:
+    """An output as every engine gives it back: cut at its first stop string, then where ``answer_end`` says its
+    answer is complete (a task's ``Task.answer_end``: GSM8K's line break after the first ``#### N``, after which
+    nothing it writes can change what is read), and whether either ended it. The engines end a row at the first
+    of the two as it generates (the HF loop) or cut it after (vLLM, which runs on): the same text."""
+    cut = cut_at_stop(text, stop)
+    at = answer_end(cut) if answer_end is not None else None
+    return (cut, len(cut) < len(text)) if at is None else (cut[:at], True)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

@@ -9,8 +9,9 @@ prompt per row without pads (BOS and all after the soft prompt). vLLM never toke
 Greedy decoding stops where softeval's engine stops: the task's stop strings, the end markers and
 EOS ids of ``generation`` (``ignore_eos``: vLLM's own idea of EOS from the model's generation config
 does not apply; ``generation_config="vllm"``: nor do its sampling defaults), and outputs are decoded
-by softeval's tokenizer with special tokens kept and cut by ``generation.cut_at_stop``, so texts and
-``hit_limit`` mean what they mean for the HF engine. Log-likelihoods (letters, cloze, permutations) and
+by softeval's tokenizer with special tokens kept and cut by ``generation.finish`` (stop strings, then a task's
+complete answer, which vLLM generates past and softeval cuts after), so texts and ``hit_limit`` mean what they
+mean for the HF engine. Log-likelihoods (letters, cloze, permutations) and
 tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt embeddings.
 
 One engine per loaded model, kept on it between jobs (``backends.start_engine``); ``close`` shuts its
@@ -31,8 +32,8 @@ import torch
 
 from softeval.errors import UserError, shown
 from softeval.lm.batching import Progress
-from softeval.lm.engine import Generation
-from softeval.lm.generation import cut_at_stop, end_markers
+from softeval.lm.engine import AnswerEnd, Generation
+from softeval.lm.generation import end_markers, finish
 from softeval.lm.memory import release_freed_memory
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import layout_inputs
@@ -152,8 +153,9 @@ class VllmEngine:
     @torch.no_grad()
     def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                  max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
-                 first_ids: Sequence[list[int]] | None = None) -> Generation:
-        """``engine.Engine.generate`` on vLLM. ``first_ids``: per sequence, tokens (a multiple-choice item's
+                 first_ids: Sequence[list[int]] | None = None, answer_end: AnswerEnd = None) -> Generation:
+        """``engine.Engine.generate`` on vLLM (``answer_end`` cuts its outputs after they are generated: vLLM takes
+        stop strings, not rules). ``first_ids``: per sequence, tokens (a multiple-choice item's
         letters) whose log-probabilities as the first new token come back in ``first_logprobs``, read off the
         same step that picks it (``logprob_token_ids``: from the raw logits, as the HF engine reads them)."""
         from vllm import SamplingParams
@@ -198,10 +200,8 @@ class VllmEngine:
             ended = bool(ids) and ids[-1] in eos
             if ended:
                 ids = ids[:-1]
-            raw = decode(ids, skip_special_tokens=False)
-            ended = ended or any(s in raw for s in stop)
-            texts[i] = cut_at_stop(raw, stop)
-            limited[i] = not ended and max_new_tokens > 0
+            texts[i], cut = finish(decode(ids, skip_special_tokens=False), stop, answer_end)
+            limited[i] = not (ended or cut) and max_new_tokens > 0
         if progress:
             progress(len(seqs))
         return Generation(texts, limited, first_logprobs=None if first_ids is None else firsts)

@@ -372,7 +372,7 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
             letters = [[o[0] for o in options[i]] for i in chunk] if single else None
             gen = engine.generate([prompts[i] for i in chunk], soft=soft, max_new_tokens=task.max_new_tokens,
                                   stop=task.stop, progress=lambda n: bar.advance(bar_id, n),
-                                  first_ids=letters)
+                                  first_ids=letters, answer_end=task.answer_end)
             scores: dict[int, list[float]] = dict(enumerate(gen.first_logprobs)) if single else {}
             texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:

@@ -202,7 +202,7 @@ def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Ten
     weights = targets and tuning_loss.answer_line_weights(lm.tokenizer, targets, answer_share)
     gen = generation.generate(lm, prompts, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
                               batch_size=batch_size, targets=None if weights else targets,
-                              max_padding=CURVE_MAX_PADDING)
+                              max_padding=CURVE_MAX_PADDING, answer_end=task.answer_end)
     scored = [score_output(task, e, o) for e, o in zip(items, gen.texts)]
     point = {"format_rate": sum(s["format_ok"] for s in scored) / len(scored),
              "accuracy": sum(s["correct"] for s in scored) / len(scored)}

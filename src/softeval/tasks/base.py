@@ -115,6 +115,11 @@ class Task:
     # format answered in another style, even where it then ran on to the token limit (softeval.diagnosis); None: an
     # output that hit the limit is read as cut off before its answer. Not a score: no revision.
     answer_marked: Callable[[str], bool] | None = None
+    # Where an output's answer is complete: the index after which nothing the output goes on to write can change
+    # what ``strict`` and ``lenient`` read (GSM8K: the line break after its first "#### N"), or None while it can.
+    # Generation ends there and cuts the output at it, as at a stop string (``lm.generation.finish``), so an
+    # output that writes its answer line again and again does not run to the token limit. None: no such point.
+    answer_end: Callable[[str], int | None] | None = None
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""

@@ -72,6 +72,16 @@ def answer_marked(output: str) -> bool:
     return "####" in output or re.search(r"answer is", output, re.IGNORECASE) is not None
 
 
+def answer_end(output: str) -> int | None:
+    """The line break after the first "#### N" whose N is a number: ``strict`` reads it whatever follows, and
+    ``lenient`` reads ``strict`` first; None before it (or where that first "####" gives no number)."""
+    marked = _MARKED.search(output)
+    if marked is None or normalize_number(marked.group(1)) is None:
+        return None
+    at = output.find("\n", marked.end())
+    return None if at == -1 else at
+
+
 NOTE = ("GSM8K offline copy has no train split: tuned on a seeded held-out part of test, scored on the rest; "
         "not comparable to full-test-split numbers")
 load = source_loader(to_example,
@@ -96,9 +106,11 @@ TASK = Task(
     # a bare answer, a blank line, then the solution: docs/knowledge.md, "Claim (a)"); lm-eval's gsm8k stops here
     stop=("Question:",),
     max_new_tokens=256,
-    # 3: the first "#### N" anywhere, as lm-eval's strict-match (2: the first line that is only "#### N"; 1: also
-    # stopped at "\n\n" and read the last line)
-    revision=3,
+    # 4: generation ends at the line break after the first "#### N" (3 read the same from outputs that ran on; 3: the
+    # first "#### N" anywhere, as lm-eval's strict-match; 2: the first line that is only "#### N"; 1: also stopped
+    # at "\n\n" and read the last line)
+    revision=4,
     target_kind=WORKED_SOLUTION,
     answer_marked=answer_marked,
+    answer_end=answer_end,
 )
