@@ -195,15 +195,17 @@ def agreement(lm, seqs, texts_hf, texts_vllm, soft=None) -> tuple[float, list[fl
 
 
 def both_engines(lm, task, examples, method: str, soft=None) -> None:
-    """Greedy outputs of the HF engine and of vLLM on the same prompts: ≥ 95% identical, parting only at a
-    near-tie; on multiple choice the letters' log-probabilities off vLLM's first step equal the HF model's."""
+    """Greedy outputs of the HF engine and of vLLM on the same prompts (ended where the task's answer is complete,
+    ``Task.answer_end``): ≥ 95% identical, parting only at a near-tie; on multiple choice the letters'
+    log-probabilities off vLLM's first step equal the HF model's."""
     prompter = Prompter(lm, task, True, [])
     seqs = [prompter.ids(e, method) for e in examples]
     letters = [[o[0] for o in prompter.option_ids(e)] for e in examples] if task.multiple_choice else None
     hf = generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                             first_ids=letters)
+                             first_ids=letters, answer_end=task.answer_end)
     hf_letters = hf.first_logprobs
-    ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters)
+    ours = lm.engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens, stop=task.stop, first_ids=letters,
+                              answer_end=task.answer_end)  # GSM8K's: the HF loop ends there, vLLM cuts after
     share, gaps = agreement(lm, seqs, hf.texts, ours.texts, soft)
     print(f"{task.name} {method}: {share:.3f} identical; logit gaps where they part: {gaps}")
     assert share >= 0.95
