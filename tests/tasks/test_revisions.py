@@ -22,7 +22,7 @@ RECORDED = {
     "arc_easy": (1, 'ccacd096b6c187e6'),
     "belebele": (1, 'a00779d72efc7f51'),
     "boolq": (1, '931f205953797494'),
-    "gsm8k": (4, '3eea0a22dd523e7f'),
+    "gsm8k": (4, '168c1bf4040746e1'),
     "hellaswag": (1, 'f46fe7ebd54ba417'),
     "math500": (1, 'c9918d8aa3bbcdf1'),
     "mmlu": (1, 'd909af5a718dd335'),

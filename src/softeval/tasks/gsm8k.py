@@ -48,11 +48,19 @@ def target(example: Example) -> str:
     return " " + example.fields["solution"]
 
 
-def strict(output: str, example: Example) -> str | None:
-    """The number of the first ``#### <number>`` anywhere, whatever follows it on its line or after (a unit, a next
-    step, the line written again), as lm-eval's gsm8k strict-match reads the first ``#### N``."""
+def _first_marked(output: str) -> tuple[str, int] | None:
+    """The number of the first ``#### <number>`` anywhere and where it ends, whatever follows it on its line or
+    after (a unit, a next step, the line written again), as lm-eval's gsm8k strict-match reads the first ``#### N``;
+    None where there is none, or where that first one gives no number."""
     marked = _MARKED.search(output)
-    return normalize_number(marked.group(1)) if marked else None
+    number = normalize_number(marked.group(1)) if marked else None
+    return None if number is None else (number, marked.end())
+
+
+def strict(output: str, example: Example) -> str | None:
+    """The number of the first ``#### <number>`` (``_first_marked``)."""
+    marked = _first_marked(output)
+    return marked[0] if marked else None
 
 
 def lenient(output: str, example: Example) -> str | None:
@@ -73,12 +81,10 @@ def answer_marked(output: str) -> bool:
 
 
 def answer_end(output: str) -> int | None:
-    """The line break after the first "#### N" whose N is a number: ``strict`` reads it whatever follows, and
-    ``lenient`` reads ``strict`` first; None before it (or where that first "####" gives no number)."""
-    marked = _MARKED.search(output)
-    if marked is None or normalize_number(marked.group(1)) is None:
-        return None
-    at = output.find("\n", marked.end())
+    """The line break after the number ``strict`` reads (``_first_marked``): it reads it whatever follows, and
+    ``lenient`` reads ``strict`` first; None before it."""
+    marked = _first_marked(output)
+    at = output.find("\n", marked[1]) if marked else -1
     return None if at == -1 else at
 
 
