@@ -2,10 +2,14 @@
 finished run of an older definition is never reused). This test holds the digest of each task's code as its
 revision was recorded, and fails when the code changes unseen: a change that can change a number (prompt, target,
 stops, token limit, extractors, matcher, data selection) raises the task's ``revision``; one that cannot (a
-docstring, a rename) keeps it. Either way, record the digest the failure prints."""
+rename, a refactoring) keeps it. Either way, record the digest the failure prints.
+
+The digest is of the code's syntax tree, not its text: comments, docstrings, blank lines and line numbers do
+not move it, so only a change to what the code does asks for a decision."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -13,31 +17,78 @@ import inspect
 import re
 import sys
 
+import pytest
+
 from softeval.tasks import TASKS
 from softeval.tasks.base import Task
 
-# name: (revision, digest of its code and settings as that revision was recorded)
+# name: (revision, digest of its code and settings as that revision was recorded; the digests were recomputed once,
+# the code unchanged, when they moved from the source text to the syntax tree)
 RECORDED = {
-    "arc_challenge": (1, 'd3e654e86aba8daf'),
-    "arc_easy": (1, 'ccacd096b6c187e6'),
-    "belebele": (1, 'a00779d72efc7f51'),
-    "boolq": (1, '931f205953797494'),
-    "gsm8k": (4, '168c1bf4040746e1'),
-    "hellaswag": (1, 'f46fe7ebd54ba417'),
-    "math500": (1, 'c9918d8aa3bbcdf1'),
-    "mmlu": (1, 'd909af5a718dd335'),
-    "squad": (1, '2612eee946516d65'),
-    "triviaqa": (1, '9827b682f739e355'),
+    "arc_challenge": (1, '299785a830e91a19'),
+    "arc_easy": (1, '4104b67ef087aaa0'),
+    "belebele": (1, '3ceadc6d1687b6f5'),
+    "boolq": (1, 'b07fb7ac4c05b14f'),
+    "gsm8k": (4, '70d2e5f0152ecc19'),
+    "hellaswag": (1, '65553f9224c812f3'),
+    "math500": (1, '77567f218f4803de'),
+    "mmlu": (1, '6ec33bee939145d1'),
+    "squad": (1, 'ea41d7ad296141bd'),
+    "triviaqa": (1, '56e51f98dfdd5bbf'),
 }
 
 CALLABLES = ("render", "target", "strict", "lenient", "match", "load", "cloze", "cloze_choices", "contexts",
              "answer_end")
 SETTINGS = ("stop", "max_new_tokens", "instruction", "cue", "multiple_choice", "description")
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def code_tree(source: str) -> ast.Module:
+    """``source`` parsed, its docstrings removed (a body that was only a docstring becomes ``pass``)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, _DOCUMENTED) and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+def dump(node) -> str:
+    """``ast.dump`` without attributes (line and column numbers), and without the fields that are None or empty,
+    so that Python versions that add an empty field (3.12's ``type_params``) or leave them out of ``ast.dump``
+    (3.13) dump one tree alike."""
+    if isinstance(node, ast.AST):
+        fields = ((name, dump(getattr(node, name, None))) for name in node._fields)
+        shown = [f"{name}={value}" for name, value in fields if value not in ("None", "[]")]
+        return f"{type(node).__name__}({', '.join(shown)})"
+    if isinstance(node, list):
+        return f"[{', '.join(dump(item) for item in node)}]"
+    return repr(node)
+
+
+def source_digest(source: str) -> str:
+    """The sha256 of a module's code: its syntax tree without docstrings, line numbers or comments."""
+    return hashlib.sha256(dump(code_tree(source)).encode()).hexdigest()
+
+
+def tasks_modules_named(tree: ast.Module) -> set[str]:
+    """The modules of softeval.tasks the code names: imported (lazily too) or named in a string (mathnorm runs
+    ``"softeval.tasks.mathcheck:verified"`` in a helper process). Comments and docstrings name none."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "softeval.tasks":
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= set(re.findall(r"^softeval\.tasks\.(\w+)", node.module))
+        elif isinstance(node, ast.Import):
+            names |= {m for alias in node.names for m in re.findall(r"^softeval\.tasks\.(\w+)", alias.name)}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names |= set(re.findall(r"softeval\.tasks\.(\w+)", node.value))
+    return {n for n in names if importlib.util.find_spec(f"softeval.tasks.{n}") is not None}
 
 
 def reached_modules(start) -> list:
-    """``start`` and every module of softeval.tasks their source names (imports, lazy ones and names in strings
-    included: mathnorm runs ``"softeval.tasks.mathcheck:verified"`` in a helper process), and so on."""
+    """``start`` and every module of softeval.tasks their code names (tasks_modules_named), and so on."""
     seen: dict = {}
     todo = list(start)
     while todo:
@@ -45,12 +96,8 @@ def reached_modules(start) -> list:
         if module.__name__ in seen:
             continue
         seen[module.__name__] = module
-        source = inspect.getsource(module)
-        names = re.findall(r"softeval\.tasks\.(\w+)", source)
-        names += [n.strip() for group in re.findall(r"from softeval\.tasks import ([\w, ]+)", source)
-                  for n in group.split(",")]
-        todo += [importlib.import_module(f"softeval.tasks.{n}") for n in names
-                 if importlib.util.find_spec(f"softeval.tasks.{n}") is not None]
+        todo += [importlib.import_module(f"softeval.tasks.{n}")
+                 for n in sorted(tasks_modules_named(code_tree(inspect.getsource(module))))]
     return sorted(seen.values(), key=lambda m: m.__name__)
 
 
@@ -63,12 +110,11 @@ def task_modules(task: Task) -> set:
 
 
 def code_digest(task: Task) -> str:
-    """A sha256 over the source of the modules the task's functions come from (its own module, base's helpers),
-    the modules of softeval.tasks those name (reached_modules), and its settings."""
-    modules = reached_modules(task_modules(task))
+    """A sha256 over the code (source_digest) of the modules the task's functions come from (its own module,
+    base's helpers), the modules of softeval.tasks those name (reached_modules), and its settings."""
     digest = hashlib.sha256()
-    for module in modules:
-        digest.update(module.__name__.encode() + b"\0" + inspect.getsource(module).encode() + b"\0")
+    for module in reached_modules(task_modules(task)):
+        digest.update(f"{module.__name__}\0{source_digest(inspect.getsource(module))}\0".encode())
     digest.update(repr([getattr(task, name) for name in SETTINGS]).encode())
     return digest.hexdigest()[:16]
 
@@ -86,10 +132,67 @@ def test_revisions_start_at_1():
 
 
 def test_a_task_s_digest_covers_the_modules_its_functions_reach():
-    from softeval.tasks import TASKS as tasks
-
-    names = {m.__name__ for m in reached_modules(task_modules(tasks["math500"]))}
+    names = {m.__name__ for m in reached_modules(task_modules(TASKS["math500"]))}
     assert {"softeval.tasks.math500", "softeval.tasks.mathnorm", "softeval.tasks.mathcheck", "softeval.tasks.base",
             "softeval.tasks.data"} <= names
-    squad = {m.__name__ for m in reached_modules(task_modules(tasks["squad"]))}
+    squad = {m.__name__ for m in reached_modules(task_modules(TASKS["squad"]))}
     assert {"softeval.tasks.squad", "softeval.tasks.qa"} <= squad and "softeval.tasks.mathnorm" not in squad
+
+
+CODE = '''"""A module."""
+import re
+
+LIMIT = 30  # the token limit
+
+
+def strict(output):
+    """The answer, if the format was followed."""
+    return re.match(r"#### (\\d+)", output[:LIMIT])
+
+
+class Reader:
+    """Only a docstring."""
+'''
+
+
+@pytest.mark.parametrize("edited", [
+    CODE.replace("# the token limit", "# a comment changed"),
+    CODE.replace("LIMIT = 30  # the token limit", "# a new comment line\nLIMIT = 30"),
+    CODE.replace("The answer, if the format was followed.", "Another docstring."),
+    CODE.replace('    """The answer, if the format was followed."""\n', ""),
+    CODE.replace('"""A module."""\n', '"""A module,\n\nits docstring longer."""\n\n\n'),
+    CODE.replace("Only a docstring.", "Still only a docstring."),
+], ids=["comment", "comment-line", "docstring", "docstring-removed", "module-docstring", "class-docstring"])
+def test_comments_docstrings_and_line_numbers_leave_the_digest(edited):
+    assert edited != CODE and source_digest(edited) == source_digest(CODE)
+
+
+@pytest.mark.parametrize("edited", [
+    CODE.replace("LIMIT = 30", "LIMIT = 31"),
+    CODE.replace("#### (\\d+)", "#### (\\d*)"),
+    CODE.replace("output[:LIMIT]", "output[LIMIT:]"),
+    CODE.replace('    """Only a docstring."""', "    limit = 1"),
+], ids=["constant", "regex", "slice", "class-body"])
+def test_a_changed_constant_or_statement_moves_the_digest(edited):
+    assert edited != CODE and source_digest(edited) != source_digest(CODE)
+
+
+def test_a_module_named_only_in_a_comment_or_docstring_is_not_reached():
+    named = tasks_modules_named(code_tree(
+        '"""Uses softeval.tasks.mathnorm."""\n# softeval.tasks.qa\nfrom softeval.tasks.data import x\n'
+        'from softeval.tasks import base\nRUN = "softeval.tasks.mathcheck:verified"\n'))
+    assert named == {"data", "base", "mathcheck"}
+
+
+def test_a_real_module_without_its_comments_and_with_other_docstrings_has_the_same_digest():
+    import io
+    import tokenize
+
+    for module in reached_modules(set().union(*(task_modules(task) for task in TASKS.values()))):
+        source = inspect.getsource(module)
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type != tokenize.COMMENT]
+        bare = tokenize.untokenize(tokens)
+        for node in ast.walk(ast.parse(bare)):
+            if isinstance(node, _DOCUMENTED) and ast.get_docstring(node, clean=False):
+                bare = bare.replace(ast.get_docstring(node, clean=False), "another docstring", 1)
+        assert bare != source and source_digest(bare) == source_digest(source), module.__name__
