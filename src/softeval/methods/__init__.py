@@ -1,0 +1,207 @@
+"""The methods a run scores with, one spec each (``MethodSpec``), registered by name: the one place that says
+what a method trains, whether it takes shots, which options it reads (and so which enter its run's identity),
+how tables and charts show it and what role it plays in the verdicts. Every other module asks the registry;
+none names a method (docs/architecture.md, "Adding a method").
+
+The built-in methods are one module each beside this one (``zero_shot``, ``few_shot``, ``soft_prompt``,
+``lora``); another distribution adds one through the entry-point group ``softeval.methods`` (its value names a
+``MethodSpec``), and a program or a test by ``register``. What a method trains is done by the run layer
+(``run/trained.py``: one way per kind of trained part); this package is data only, imported by every layer, so it
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import metadata
+
+from softeval.errors import UserError, shown
+
+ENTRY_POINTS = "softeval.methods"
+
+# What a method trains on the task's tuning split before it scores: nothing, a soft prompt (the vectors put before
+# the prompt: lm.softprompt) or a LoRA adapter in the frozen model (lm.lora). run/trained.py does each.
+NOTHING, SOFT_PROMPT, ADAPTER = "nothing", "soft prompt", "LoRA adapter"
+TRAINS = (NOTHING, SOFT_PROMPT, ADAPTER)
+
+# A method's role in the verdicts and the report (docs/knowledge.md, "Verdicts"):
+# - REFERENCE: the bare prompt; its run gives the format-free references (cloze, letter log-likelihood) and is what
+#   a gain is measured from;
+# - BASELINE: another way of prompting (shots), which a treatment is compared with and which is itself compared
+#   with the reference when no treatment ran;
+# - TREATMENT: what softeval is about (the soft prompt): tested item by item against the reference and each
+#   baseline, and the one whose permutation scores the report shows;
+# - ALTERNATIVE: scored and shown beside the others (its own curve, its own column), in no verdict pair.
+REFERENCE, BASELINE, TREATMENT, ALTERNATIVE = "reference", "baseline", "treatment", "alternative"
+ROLES = (REFERENCE, BASELINE, TREATMENT, ALTERNATIVE)
+
+# The run options only some methods read (store/identity.py: an option a method does not read is not part of its
+# identity, so new tuning settings leave a finished zero-shot run finished). Every option not named here is read by
+# every method (tokens: the prompt budget beside a soft prompt; eval_batch_size; the task, the model...). A spec's
+# ``reads`` names which of these it reads.
+# TUNE_DTYPE_RESOLVED: --tune-dtype as the machine running the run resolves it; ANSWER_LINE: what the answer line
+# that --answer-share weighs holds (store/identity.py says more of both).
+TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
+ANSWER_LINE = "answer_line"
+TUNING_OPTIONS = ("steps", "epochs", "lr_schedule", "answer_share", ANSWER_LINE, "curve_every", "length_group",
+                  "early_stop", "tune_dtype", TUNE_DTYPE_RESOLVED)
+SOFT_PROMPT_OPTIONS = ("lr", "init")  # the soft prompt's own tuning settings
+SAVED_SOFT_PROMPT = ("soft_prompt", "soft_prompt_sha256")  # a saved soft prompt scored again (`softeval eval`)
+LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets")
+SHOT_OPTIONS = ("shots",)
+# seed, batch_size and curve_items pick the held-out tuning items, hence the tuning pool and the shots
+# (tests/run/test_zero_shot_reads.py)
+POOL_OPTIONS = ("seed", "batch_size", "curve_items")
+METHOD_OPTIONS = frozenset((*TUNING_OPTIONS, *SOFT_PROMPT_OPTIONS, *SAVED_SOFT_PROMPT, *LORA_OPTIONS, *SHOT_OPTIONS,
+                            *POOL_OPTIONS))
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method. ``name``: what `--method` and results.json say; ``label``: how a table or legend shows it;
+    ``colour``: its colour in the report's charts; ``who``: how a verdict names what the method puts before the
+    model ("the soft prompt"); ``role``: ROLES; ``trains``: TRAINS; ``shots``: it puts the solved shots before
+    each item; ``reads``: the METHOD_OPTIONS it reads; ``default``: scored when no method is named (and always
+    given a column); ``folder``: the folder of a finished run that holds what it trained; ``advice``: what to try
+    when its tuning never reached the format on the held-out slice; ``frame``: a rewrite of each item's rendered
+    question, the same in tuning and scoring (None: the task's own)."""
+
+    name: str
+    label: str
+    colour: str
+    who: str
+    role: str
+    trains: str = NOTHING
+    shots: bool = False
+    reads: tuple[str, ...] = ()
+    default: bool = True
+    folder: str | None = None
+    advice: str = ""
+    frame: Callable[[str], str] | None = None
+
+    @property
+    def tunes(self) -> bool:
+        """It trains something on the tuning split before scoring (run/tune.py's one loop)."""
+        return self.trains != NOTHING
+
+    def reads_option(self, option: str) -> bool:
+        """Whether a run of this method reads ``option``: every option but the METHOD_OPTIONS it does not name."""
+        return option not in METHOD_OPTIONS or option in self.reads
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+_loaded = False
+
+
+def register(spec: MethodSpec, replace: bool = False) -> MethodSpec:
+    """Add ``spec`` to the registry (``replace``: over a method of the same name, for tests); returns it."""
+    _check(spec)
+    if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] != spec:
+        raise ValueError(f"method {spec.name!r} is registered already")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a method (a test's own, after the test)."""
+    _REGISTRY.pop(name, None)
+
+
+def _check(spec: MethodSpec) -> None:
+    if not isinstance(spec, MethodSpec):
+        raise TypeError(f"not a MethodSpec: {spec!r}")
+    bad = [o for o in spec.reads if o not in METHOD_OPTIONS]
+    if bad:
+        raise ValueError(f"method {spec.name!r} reads {bad}, which are not options only some methods read "
+                         f"(methods.METHOD_OPTIONS); every other option is read by every method")
+    if spec.role not in ROLES or spec.trains not in TRAINS:
+        raise ValueError(f"method {spec.name!r}: role must be one of {ROLES} and trains one of {TRAINS}")
+    if spec.tunes and spec.folder is None:
+        raise ValueError(f"method {spec.name!r} trains a {spec.trains}: name the folder a finished run keeps it in")
+
+
+def _load() -> None:
+    """The built-in methods, then those other distributions register by entry point (once per process)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from softeval.methods import few_shot, lora, soft_prompt, zero_shot  # noqa: F401 (each registers itself)
+
+    for entry in metadata.entry_points(group=ENTRY_POINTS):
+        register(entry.load())
+
+
+def specs() -> tuple[MethodSpec, ...]:
+    """Every registered method, built-ins first, in the order tables show them."""
+    _load()
+    return tuple(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    """Every method's name, in the order tables show them."""
+    return tuple(s.name for s in specs())
+
+
+def default_names() -> tuple[str, ...]:
+    """What a run scores when no method is named."""
+    return tuple(s.name for s in specs() if s.default)
+
+
+def tuned_names() -> tuple[str, ...]:
+    """The methods that train something before they score."""
+    return tuple(s.name for s in specs() if s.tunes)
+
+
+def with_role(role: str) -> tuple[str, ...]:
+    """The methods of ``role``, in table order."""
+    return tuple(s.name for s in specs() if s.role == role)
+
+
+def training(trains: str) -> tuple[str, ...]:
+    """The methods that train a part of kind ``trains`` (TRAINS)."""
+    return tuple(s.name for s in specs() if s.trains == trains)
+
+
+def untuned_names() -> tuple[str, ...]:
+    """The default methods that tune nothing (what `softeval eval` scores without a saved soft prompt)."""
+    return tuple(s.name for s in specs() if s.default and not s.tunes)
+
+
+def known(name: object) -> bool:
+    """Whether ``name`` is a registered method."""
+    _load()
+    return isinstance(name, str) and name in _REGISTRY
+
+
+def spec_of(name: str) -> MethodSpec:
+    """The spec of a registered method; an unknown name is a UserError naming the methods there are."""
+    _load()
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise UserError(f"unknown method {shown(name)}: use {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def order(methods: Iterable[str]) -> list[str]:
+    """``methods`` in table order: registered ones as the registry lists them, then any other by name."""
+    rank = {name: i for i, name in enumerate(names())}
+    return sorted(set(methods), key=lambda m: (rank.get(m, len(rank)), m))
+
+
+def pairs() -> tuple[tuple[str, str], ...]:
+    """The comparisons the verdicts read, each (baseline, treated): every treatment against the reference and each
+    baseline; then each baseline against the reference (read when no treatment ran)."""
+    firsts = (*with_role(REFERENCE), *with_role(BASELINE))
+    return (*((a, t) for t in with_role(TREATMENT) for a in firsts),
+            *((r, b) for b in with_role(BASELINE) for r in with_role(REFERENCE)))
+
+
+def colour_of(name: str, fallback: str = "#444444") -> str:
+    """A method's chart colour (a run of a method not registered here: ``fallback``)."""
+    return _REGISTRY[name].colour if known(name) else fallback
+
+
+def label_of(name: str) -> str:
+    """A method's label (its name when it is not registered here)."""
+    return _REGISTRY[name].label if known(name) else name
