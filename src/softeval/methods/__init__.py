@@ -127,7 +127,13 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    from softeval.methods import few_shot, lora, soft_prompt, zero_shot  # noqa: F401 (each registers itself)
+    from softeval.methods import few_shot, lora, soft_prompt, zero_shot  # each registers itself
+
+    # the built-ins first, in the order tables show them (imports register in import order, which isort sorts)
+    first = {s.name: s for s in (zero_shot.SPEC, few_shot.SPEC, soft_prompt.SPEC, lora.SPEC)}
+    rest = {name: spec for name, spec in _REGISTRY.items() if name not in first}
+    _REGISTRY.clear()
+    _REGISTRY.update({**first, **rest})
 
     for entry in metadata.entry_points(group=ENTRY_POINTS):
         register(entry.load())
