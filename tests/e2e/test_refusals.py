@@ -1,7 +1,9 @@
 """Bad input to `softeval run` and `softeval eval` (options, model paths, soft prompts, data files, task
-files): every refused command is ONE plain-text line on stderr and exit 2, before any model loads,
-leaving no run folder; property tests: generated arguments get exit 2 or reach the model load, never a
-traceback."""
+files), and an option's value in `softeval track` and a sweep file: every refused command is ONE plain-text
+line on stderr and exit 2, before any model loads, leaving no run folder, the option named as the user wrote
+it; property tests: generated arguments get exit 2 or reach the model load, never a traceback. The one place
+the command line's refusals are tested; a RunConfig the command line cannot express, given through the
+library: tests/run/test_validate.py."""
 
 from __future__ import annotations
 
@@ -66,8 +68,8 @@ def no_partial(out: Path) -> None:
     ("--lr", "-1", "--lr must be a positive finite number, not -1.0"),
     ("--lr", "inf", "--lr must be a positive finite number"),
     ("--lr", "0", "--lr must be a positive finite number"),
-    ("--lr", "abc", "argument --lr: invalid float value: 'abc'"),
-    ("--steps", "0", "--steps must be between 1 and"),
+    ("--lr", "abc", "softeval run: argument --lr: invalid float value: 'abc'"),
+    ("--steps", "0", "--steps must be between 1 and 1000000, not 0"),
     ("--steps", "-5", "--steps must be between 1 and"),
     ("--tokens", "0", "--tokens must be between 1 and"),
     ("--tokens", "100000", "--tokens must be between 1 and 4096, not 100000"),
@@ -81,20 +83,45 @@ def no_partial(out: Path) -> None:
     ("--curve-items", "-1", "--curve-items must be between 0 and"),
     ("--length-group", "0", "--length-group must be between 1 and"),
     ("--seed", str(2**70), "--seed must fit in 64 bits"),
-    ("--steps", "1.5", "argument --steps: invalid int value: '1.5'"),
+    ("--steps", "1.5", "softeval run: argument --steps: invalid int value: '1.5'"),
     ("--init", "bogus", "--init must be vocab, random, instruction, text:"),
     ("--init", "text:", "--init must be vocab, random, instruction, text:"),
+    ("--init", "from:/nowhere", "--init from:/nowhere: no such folder"),
     ("--method", "zero-shot,bogus", "unknown method 'bogus'"),
     ("--method", ",", "no method given"),
     ("--dtype", "float8", "unknown dtype 'float8'"),
     ("--device", "gpu0", "unknown --device 'gpu0': use auto, cpu, cuda, cuda:N or mps"),
     ("--device", "cuda:x", "unknown --device 'cuda:x'"),
-    ("--chat-template", "maybe", "argument --chat-template: invalid choice: 'maybe'"),
+    ("--chat-template", "maybe", "softeval run: argument --chat-template: invalid choice: 'maybe'"),
 ])
 def test_bad_option_is_one_line_exit_2_before_the_model_loads(toy, tmp_path, capsys, option, value, message):
     line = refused(run_args(tmp_path, f"{option}={value}"), capsys)
-    assert message in line
+    assert line.startswith(f"error: {message}"), line
     no_partial(tmp_path)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("steps", "0", "'steps' must be between 1 and 1000000, not 0"),
+    ("lr", "-1.0", "'lr' must be a positive finite number, not -1.0"),
+    ("chat_template", "x", "unknown 'chat_template' 'x': use auto, on or off"),
+    ("init", "from:/nowhere", "init: from:/nowhere: no such folder"),
+])
+def test_a_bad_value_in_a_sweep_file_is_named_as_its_key(tmp_path, capsys, key, value, message):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"out: out\nmodels: [smollm2-135m-instruct]\ntasks: [mmlu]\n{key}: {value}\n")
+    line = refused(["sweep", str(sweep), "--dry-run"], capsys)
+    assert line.startswith(f"error: sweep file {sweep}, model smollm2-135m-instruct, task mmlu: {message}"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_track_names_its_flags(tmp_path, capsys):
+    """`softeval track` builds a sweep from flags: its errors name the flag the user typed."""
+    (tmp_path / "s" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "s" / "checkpoint-1" / "config.json").write_text("{}")
+    line = refused(["track", str(tmp_path / "s"), "--task", "mmlu", "--steps", "0", "--out", str(tmp_path / "out"),
+                    "--dry-run"], capsys)
+    assert line == "error: softeval track, model s@1, task mmlu: --steps must be between 1 and 1000000, not 0"
+    assert not (tmp_path / "out").exists()
 
 
 def test_cuda_without_cuda_is_refused_before_loading(toy, tmp_path, capsys, monkeypatch):

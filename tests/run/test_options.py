@@ -1,5 +1,7 @@
 """The option table (run/config.py) is the one source of the flags, the sweep keys, the checks and
-the tuning defaults: a default, range or choice written there is what every front end applies."""
+the tuning defaults: a default, range or choice written there is what every front end applies. How each
+front end refuses a value outside them: tests/e2e/test_refusals.py (the command line and sweep files) and
+tests/run/test_validate.py (the library)."""
 
 import argparse
 from dataclasses import fields, replace
@@ -7,10 +9,8 @@ from dataclasses import fields, replace
 import pytest
 
 from softeval.cli import app
-from softeval.errors import UserError
 from softeval.run.config import BY_TARGET, COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig, resolved_tune_dtype
 from softeval.run.tune import TuneConfig
-from softeval.run.validate import check_config
 from softeval.sweep.entries import MODEL_KEYS, TASK_KEYS
 
 
@@ -49,37 +49,3 @@ def test_sweep_keys_and_tuning_defaults_come_from_the_table():
     assert [f.name for f in fields(RunConfig)][:2] == ["model", "task"]
     with pytest.raises(TypeError):
         RunConfig()  # model and task have no default
-
-
-@pytest.mark.parametrize("key, bad, command_line, sweep_file", [
-    ("steps", 0, "--steps must be between 1 and 1000000, not 0", "'steps' must be between 1 and 1000000, not 0"),
-    ("lr", -1.0, "--lr must be a positive finite number", "'lr' must be a positive finite number"),
-    ("chat_template", "x", "unknown --chat-template 'x': use auto, on or off",
-     "unknown 'chat_template' 'x': use auto, on or off"),
-    ("init", "from:/nowhere", "--init from:/nowhere: no such folder", "init: from:/nowhere: no such folder"),
-])
-def test_a_bad_value_is_named_as_the_user_wrote_it(tmp_path, key, bad, command_line, sweep_file):
-    from dataclasses import replace
-
-    from softeval.run.config import SWEEP_FILE
-
-    config = replace(RunConfig(model="smollm2-135m-instruct", task="mmlu", out=str(tmp_path)), **{key: bad})
-    with pytest.raises(UserError, match=f"^{command_line}"):
-        check_config(config)
-    with pytest.raises(UserError, match=f"^{sweep_file}"):
-        check_config(config, name=SWEEP_FILE, on_worker=("device", "out"))
-
-
-def test_track_names_its_flags_and_a_sweep_file_its_keys(tmp_path, capsys):
-    """`softeval track` builds a sweep from flags: its errors name the flag the user typed."""
-    from softeval import cli
-
-    (tmp_path / "s" / "checkpoint-1").mkdir(parents=True)
-    (tmp_path / "s" / "checkpoint-1" / "config.json").write_text("{}")
-    assert cli.main(["track", str(tmp_path / "s"), "--task", "mmlu", "--steps", "0", "--out",
-                     str(tmp_path / "out"), "--dry-run"]) == 2
-    assert "--steps must be between 1 and 1000000, not 0" in capsys.readouterr().err
-    sweep = tmp_path / "sweep.yaml"
-    sweep.write_text(f"out: out\nmodels: [{tmp_path / 's' / 'checkpoint-1'}]\ntasks: [mmlu]\nsteps: 0\n")
-    assert cli.main(["sweep", str(sweep), "--dry-run"]) == 2
-    assert "'steps' must be between 1 and 1000000, not 0" in capsys.readouterr().err

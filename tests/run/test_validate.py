@@ -1,8 +1,12 @@
-"""Checking a run's options before it runs (softeval.run.validate): a config of the wrong type, given
-through the library, is refused by both the check and `run_job`, naming the option as the command
-line spells it, before any folder is made."""
+"""Checking a run's options before it runs (softeval.run.validate), at the library: a RunConfig the command
+line cannot express (a value of the wrong type, a choice argparse would have refused first, methods as one
+string) is refused by both the check and `run_job`, naming the option as the command line spells it, before
+any folder is made. The refusals a user reaches through the command line or a sweep file (one line, exit 2,
+named as written there) are tested once, in tests/e2e/test_refusals.py."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from tiny import tiny_lm, toy_config
@@ -17,12 +21,13 @@ from softeval.run.validate import check_config
     ("skip_bad_rows", 1, "--skip-bad-rows must be true or false, not int 1"),
     ("chat_template", True, "--chat-template must be text, not bool True"),
     ("source", False, "--source must be text, not bool False"),
+    ("chat_template", "x", "unknown --chat-template 'x': use auto, on or off"),  # argparse's choices refuse it first
 ])
-def test_a_run_config_of_the_wrong_type_is_refused_before_it_runs(tmp_path, toy, field, value, message):
+def test_a_run_config_the_command_line_cannot_give_is_refused_before_it_runs(tmp_path, toy, field, value, message):
     config = toy_config(tmp_path / "out", **{field: value})
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match="^" + re.escape(message)):
         check_config(config, model_given=True)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match="^" + re.escape(message)):
         run_job(config, lm=tiny_lm())
     assert not (tmp_path / "out").exists()
 
