@@ -2,7 +2,8 @@
 
 A verdict reads the paired test (McNemar's exact p, Tango's score interval for the difference), the
 format_rate of both methods, the treated method's most frequent answer against the gold answers' and
-the format-free reference of the zero-shot run, and picks the first rule that holds (``judge``).
+the format-free reference of the reference method's run (the bare prompt: softeval.methods), and picks the first
+rule that holds (``judge``).
 The rules, their thresholds and why they say what they say are in docs/knowledge.md ("Verdicts"); a
 difference whose interval touches 0 or whose p is 0.05 or more never reads as a change.
 """
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from softeval import methods
 from softeval.analysis.paired import PairedTest
 from softeval.analysis.pairs import PairedRow, pair_of, paired_method_tests, runs_by_seed
 from softeval.metrics import FOLLOWS_FORMAT, Z95
@@ -29,9 +31,12 @@ POWER = 0.80  # ... detected with this power at ALPHA
 Z_POWER = 0.8416212335729143  # the standard normal's 80% quantile
 SLACK = 1e-9  # thresholds hold at equality: 0.98 - 0.88 is 0.0999... in floats, 31/50 - 21/50 is 0.19999...
 
-# Soft-prompt against each prompting method; without a soft-prompt run, few-shot against zero-shot.
-PAIRS = (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
-WHO = {"soft-prompt": "the soft prompt", "few-shot": "the shots", "zero-shot": "the bare prompt", "lora": "the adapter"}
+
+
+def who_of(method: str) -> str:
+    """How a verdict names what ``method`` puts before the model (its spec's ``who``; an unregistered one: its
+    name)."""
+    return methods.spec_of(method).who if methods.known(method) else method
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Side:
 
 @dataclass(frozen=True)
 class Reference:
-    """The format-free score beside the verdict: the zero-shot run's cloze accuracy, or for free-form
+    """The format-free score beside the verdict: the reference method's run's cloze accuracy, or for free-form
     answers its lenient accuracy (the answer wherever a reader finds it in the output)."""
 
     name: str
@@ -138,7 +143,7 @@ def format_move(baseline: Side, treated: Side) -> tuple[str, str] | None:
     f0, f1 = baseline.format_rate, treated.format_rate
     if f0 is None or f1 is None:
         return None
-    who = WHO.get(treated.method, treated.method)
+    who = who_of(treated.method)
     if _at_least(f1 - f0, FORMAT_CHANGE):
         if _at_least(f1, FOLLOWS_FORMAT):
             return "fixed", f"{who} fixed the format ({f0:.2f} → {f1:.2f})"
@@ -166,7 +171,7 @@ def unclaimed(test: PairedTest) -> str:
 
 def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
     """The rule that holds and its sentence (docs/knowledge.md, "Verdicts")."""
-    who = WHO.get(treated.method, treated.method)
+    who = who_of(treated.method)
     up = test.p_value is not None and test.p_value < ALPHA and test.ci_low is not None and test.ci_low > 0
     down = test.p_value is not None and test.p_value < ALPHA and test.ci_high is not None and test.ci_high < 0
     f0 = baseline.format_rate
@@ -238,21 +243,29 @@ def other_settings(differs: Sequence[str], baseline: str, treated: str) -> str:
             "run)")
 
 
+def _reference_runs(found: dict[tuple[str, str, str], dict[int, Run]], task: str, model: str) -> dict[int, Run] | None:
+    """The runs by seed of the REFERENCE method (the bare prompt) on ``task`` and ``model``, if any."""
+    return next((found[key] for m in methods.with_role(methods.REFERENCE) if (key := (task, model, m)) in found),
+                None)
+
+
 def verdicts(runs: Sequence[Run], tests: Sequence[PairedRow] | None = None) -> list[Verdict]:
-    """Per task and model (the runs of one seed: pairs.pair_of): soft-prompt against zero-shot and few-shot, or
-    few-shot against zero-shot when there is no soft-prompt run. ``tests``: the paired tests of
-    ``PAIRS`` on accuracy when the caller has them already (``paired_method_tests(runs, pairs=PAIRS)``)."""
+    """Per task and model (the runs of one seed: pairs.pair_of) the comparisons of ``methods.pairs()``: the
+    treatment against the reference and each baseline, or a baseline against the reference when no treatment ran
+    (the registry's roles). ``tests``: the paired tests of ``methods.pairs()`` on accuracy when the caller has them
+    already (``paired_method_tests(runs, pairs=methods.pairs())``)."""
     found = runs_by_seed(runs)
+    baselines, treatments = methods.with_role(methods.BASELINE), methods.with_role(methods.TREATMENT)
     out = []
-    for row in paired_method_tests(runs, pairs=PAIRS) if tests is None else tests:
+    for row in paired_method_tests(runs, pairs=methods.pairs()) if tests is None else tests:
         a, b = row.test.a, row.test.b
-        if b == "few-shot" and (row.task, row.model, "soft-prompt") in found:
+        if b in baselines and any((row.task, row.model, t) in found for t in treatments):
             continue
         run_a, run_b = row.runs
         base, treated = side_of(run_a), side_of(run_b)
         rule, sentence = ("other-settings", other_settings(row.differs, a, b)) if row.differs \
             else judge(row.test, base, treated)
-        zero = found.get((row.task, row.model, "zero-shot"))  # the reference: zero-shot of the treated run's seed
+        zero = _reference_runs(found, row.task, row.model)  # the reference method's, of the treated run's seed
         reference = reference_of(pair_of(zero, {run_b.seed: run_b})[0] if zero else None)
         out.append(Verdict(row.task, run_a.model, base, treated, row.test, reference, rule, sentence))
     return out
