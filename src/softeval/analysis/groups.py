@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from softeval.protocol import METHODS, SOURCE_METRICS
+from softeval.methods import names
+from softeval.protocol import SOURCE_METRICS
 from softeval.tasks.lmeval_bridge import PREFIX
 from softeval.tasks.lmeval_group import group_score
 
@@ -59,10 +60,10 @@ def group_scores(results: list[dict[str, Any]], records: list[dict[str, Any]]) -
         task_metrics = {**own.get("metrics", {}), "sample_len": own.get("sample_len", r.get("n", 0))}
         per_run.setdefault((_model_key(r), r["method"], r["seed"]), {})[r["task"][len(PREFIX):]] = task_metrics
     rows = []
-    order = {m: i for i, m in enumerate(METHODS)}
+    order = {m: i for i, m in enumerate(names())}
+    runs = sorted(per_run.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], len(order)), kv[0][2]))
     for record in records:
-        for (model, method, seed), leaves in sorted(per_run.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9),
-                                                                                      kv[0][2])):
+        for (model, method, seed), leaves in runs:
             if not set(leaves) & set(record.get("tasks", [])):
                 continue
             for name, group in record["groups"].items():

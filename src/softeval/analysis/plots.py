@@ -19,10 +19,9 @@ from matplotlib.figure import Figure
 
 from softeval.analysis.compare import Comparison
 from softeval.diagnosis import CAUSES
-from softeval.protocol import METHODS
+from softeval.methods import REFERENCE, colour_of, label_of, names, specs, with_role
 from softeval.store.format import Run
 
-METHOD_COLORS = {"zero-shot": "#9aa5b1", "few-shot": "#e0a458", "soft-prompt": "#2f7ebc", "lora": "#5b9a5b"}
 PART_COLORS = {"format_rate": "#8fbcd4", "knowledge_accuracy": "#e0a458", "accuracy": "#2f7ebc"}
 MARKERS = "osD^vP*Xh"
 
@@ -53,7 +52,7 @@ def format_vs_accuracy(runs: list[Run]) -> Figure:
     """Each run as a point (format_rate, accuracy), one panel per method: strict accuracy can never
     exceed format_rate, so the distance below the diagonal is knowledge lost (or never there), and a
     method that moves points right without moving them up fixes format, not knowledge."""
-    methods = [m for m in METHODS if any(r.method == m for r in runs)]
+    methods = [m for m in names() if any(r.method == m for r in runs)]
     tasks = sorted({r.task for r in runs})
     fig = Figure(figsize=(3.9 * len(methods), 3.9))
     axes = fig.subplots(1, len(methods), sharex=True, sharey=True, squeeze=False)[0]
@@ -65,14 +64,14 @@ def format_vs_accuracy(runs: list[Run]) -> Figure:
             pts = [(r, x, y) for r, x, y in pts if x is not None and y is not None]
             if not pts:
                 continue
-            ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=42, color=METHOD_COLORS[method],
+            ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=42, color=colour_of(method),
                        marker=MARKERS[t % len(MARKERS)], edgecolor="black", linewidth=0.4, label=task,
                        zorder=3)
             if len(pts) <= 16:
                 for r, x, y in pts:
                     ax.annotate(r.model, (x, y), fontsize=6.5, xytext=(-4, 3), textcoords="offset points",
                                 ha="right")
-        ax.set(xlim=(-0.02, 1.05), ylim=(-0.02, 1.05), title=method)
+        ax.set(xlim=(-0.02, 1.05), ylim=(-0.02, 1.05), title=label_of(method))
         ax.set_xlabel("format_rate", fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
@@ -84,8 +83,8 @@ def format_vs_accuracy(runs: list[Run]) -> Figure:
 
 
 def learning_curves(curves: list[tuple[Run, list[dict[str, Any]]]]) -> Figure:
-    """Small multiples of tuning (soft-prompt and lora runs): loss (left axis) and held-out format_rate / accuracy
-    (right axis) by step: the picture of format saturating while knowledge stays flat."""
+    """Small multiples of tuning (the runs of methods that train something): loss (left axis) and held-out
+    format_rate / accuracy (right axis) by step: the picture of format saturating while knowledge stays flat."""
     cols = min(3, len(curves))
     rows = math.ceil(len(curves) / cols)
     fig = Figure(figsize=(4.4 * cols, 3.0 * rows))
@@ -117,7 +116,7 @@ def decomposition(runs: list[Run], task: str) -> Figure:
     """Per model and method: format_rate, knowledge_accuracy and accuracy side by side
     (accuracy = format_rate x knowledge_accuracy), letter_loglik_accuracy as a format-free tick."""
     task_runs = [r for r in runs if r.task == task]
-    methods = [m for m in METHODS if any(r.method == m for r in task_runs)]
+    methods = [m for m in names() if any(r.method == m for r in task_runs)]
     parts = list(PART_COLORS)
     widths = [len({r.model for r in task_runs if r.method == m}) + 0.6 for m in methods]
     fig = Figure(figsize=(max(6.0, 0.75 * sum(widths) + 1.0), 3.6))
@@ -137,7 +136,7 @@ def decomposition(runs: list[Run], task: str) -> Figure:
                         ls=":", label="letter_loglik_accuracy")
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right", fontsize=7)
         ax.set_ylim(0, 1.05)
-        ax.set_title(f"{task} · {method}", fontsize=9)
+        ax.set_title(f"{task} · {label_of(method)}", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -161,7 +160,7 @@ def rank_scatter(comparison: Comparison, task: str) -> Figure:
             x, y = row.base_scores.get(base), row.post_scores.get(post)
             if x is None or y is None:
                 continue
-            ax.scatter([x], [y], color=METHOD_COLORS[row.method], edgecolor="black", linewidth=0.4, s=40)
+            ax.scatter([x], [y], color=colour_of(row.method), edgecolor="black", linewidth=0.4, s=40)
             ax.annotate(base, (x, y), fontsize=6.5, xytext=(4, 3), textcoords="offset points")
         tau = "n/a" if row.kendall_tau is None or math.isnan(row.kendall_tau) else f"{row.kendall_tau:.2f}"
         rho = "n/a" if row.spearman_rho is None or math.isnan(row.spearman_rho) else f"{row.spearman_rho:.2f}"
@@ -175,25 +174,31 @@ def rank_scatter(comparison: Comparison, task: str) -> Figure:
     return fig
 
 
-KNOWLEDGE_BARS = (("cloze_accuracy_norm", "zero-shot", "cloze (per char)", "#6a9f58"),
-                  ("letter_loglik_accuracy", "zero-shot", "letter log-lik.", "#c9c9c9"),
-                  ("accuracy", "zero-shot", "zero-shot", METHOD_COLORS["zero-shot"]),
-                  ("accuracy", "few-shot", "few-shot", METHOD_COLORS["few-shot"]),
-                  ("accuracy", "soft-prompt", "soft-prompt", METHOD_COLORS["soft-prompt"]),
-                  ("accuracy", "lora", "lora", METHOD_COLORS["lora"]))
+# The format-free references the knowledge chart draws from the REFERENCE method's run: (metric, label, colour).
+REFERENCE_BARS = (("cloze_accuracy_norm", "cloze (per char)", "#6a9f58"),
+                  ("letter_loglik_accuracy", "letter log-lik.", "#c9c9c9"))
 CAUSE_COLORS = {"empty": "#b0b7c0", "max_new_tokens": "#e0a458", "wrong_style": "#2f7ebc",
                 "refusal_or_echo": "#c4504a", "other": "#7d5ba6"}
 
 
+def knowledge_bar_specs(rows: list[tuple[str, dict[tuple[str, str], dict]]]) -> list[tuple[str, str, str, str]]:
+    """The knowledge chart's bars, each (metric, method, label, colour): the format-free references of the
+    REFERENCE method's run, then each method's strict accuracy in table order; a method not scored by default
+    (asked for by name) gets its bar only where a model of ``rows`` has its run."""
+    references = [(metric, m, label, colour) for m in with_role(REFERENCE)[:1]
+                  for metric, label, colour in REFERENCE_BARS]
+    return [*references, *(("accuracy", s.name, s.label, s.colour) for s in specs()
+                           if s.default or any(("accuracy", s.name) in v for _, v in rows))]
+
+
 def knowledge_bars(rows: list[tuple[str, dict[tuple[str, str], dict]]], task: str) -> Figure:
     """Per model: the cloze reference beside the strict accuracy of each method, with 95% intervals.
-    ``rows``: (model, {(metric, method): metric object}). A soft-prompt bar that reaches the cloze
-    bar has recovered what format hid; one far above zero-shot but not near cloze is worth a look
+    ``rows``: (model, {(metric, method): metric object}). A treatment's bar that reaches the cloze
+    bar has recovered what format hid; one far above the reference's but not near cloze is worth a look
     at its permutation consistency."""
     fig = Figure(figsize=(max(5.5, 1.5 * len(rows) + 2.0), 3.4))
     ax = fig.subplots()
-    # lora, a method asked for by name, gets its bar only where a model has that run
-    shown = [b for b in KNOWLEDGE_BARS if b[1] != "lora" or any(("accuracy", "lora") in v for _, v in rows)]
+    shown = knowledge_bar_specs(rows)
     width = 0.8 / len(shown)
     for k, (metric, method, label, color) in enumerate(shown):
         xs, ys, lo, hi = [], [], [], []

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from softeval.errors import UserError, shown
+from softeval.methods import REFERENCE, with_role
 
 REQUIRED = ("model", "task", "score")
 OPTIONAL = ("n",)
@@ -176,9 +177,10 @@ def _number(value, key: str, where: str) -> float:
 
 def check_pairs(pairs: list[tuple[str, str]], post_method: str, post_scores: PostScores) -> None:
     """Every POST of a ``--pair BASE=POST`` has rows in the file, every model of the file is the POST of a
-    pair, and no ``--post-method`` (which picks runs) is given beside the file."""
+    pair, and no ``--post-method`` (which picks runs) other than the default (the REFERENCE method) is given beside
+    the file."""
     where = f"--post-scores {post_scores.path}"
-    if post_method != "zero-shot":
+    if post_method not in with_role(REFERENCE):
         raise UserError(f"--post-method {post_method} picks how runs of the post-trained models are scored; with "
                         f"{where} their scores come from the file: leave --post-method out")
     for base, post in pairs:

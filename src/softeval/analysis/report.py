@@ -21,12 +21,12 @@ from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
 from softeval.analysis.report_tables import render as render_template
 from softeval.analysis.report_testbed import testbed_section
-from softeval.analysis.verdict import PAIRS as VERDICT_PAIRS
 from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
+from softeval.methods import BASELINE, REFERENCE, TREATMENT, label_of, names, pairs, specs, tuned_names, with_role
 from softeval.metrics import kind_label, top_answer
-from softeval.protocol import METHODS, METRICS, TUNED_METHODS
+from softeval.protocol import METRICS
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
 from softeval.store.groups import read_groups
 
@@ -34,15 +34,45 @@ MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report open
 MAX_CURVES = 24
 FAILURE_EXAMPLES = 2  # per cause and run in the failure browser
 
+def _reference() -> str | None:
+    """The REFERENCE method (the bare prompt): its run gives the format-free references."""
+    return next(iter(with_role(REFERENCE)), None)
+
+
+def _treatment() -> str | None:
+    """The TREATMENT method: the one whose permutation scores and paired tests the knowledge table shows."""
+    return next(iter(with_role(TREATMENT)), None)
+
+
+def _compared() -> tuple[str, ...]:
+    """What the treatment is tested against in the knowledge table: the reference, then each baseline."""
+    return (*with_role(REFERENCE), *with_role(BASELINE)) if _treatment() else ()
+
+
+def _short(label: str) -> str:
+    """A label's first word, where a column header names the treatment short ("soft" of "soft-prompt")."""
+    return label.split("-")[0]
+
+
 def knowledge_columns(methods: tuple[str, ...]) -> tuple[str, ...]:
     """The knowledge table's header with a column of strict accuracy per method in ``methods``."""
-    return ("model", "cloze", "cloze per char", "letter log-lik.", *methods, "soft-prompt permutation consistency",
-            "soft-prompt circular acc.", "soft − zero-shot", "soft − few-shot")
+    first = ("model", "cloze", "cloze per char", "letter log-lik.", *(label_of(m) for m in methods))
+    treatment = _treatment()
+    if treatment is None:
+        return first
+    label = label_of(treatment)
+    return (*first, f"{label} permutation consistency", f"{label} circular acc.",
+            *(f"{_short(label)} − {label_of(m)}" for m in _compared()))
 
 
 def table_methods(runs: list[Run]) -> tuple[str, ...]:
-    """The methods the knowledge table has a column for: the protocol's, and lora where a run has it."""
-    return tuple(m for m in METHODS if m != "lora" or any(r.method == m for r in runs))
+    """The methods the knowledge table has a column for: the default ones, and any other where a run has it."""
+    return tuple(s.name for s in specs() if s.default or any(r.method == s.name for r in runs))
+
+
+def _listed(words: list[str], conjunction: str) -> str:
+    """``words`` as prose: "a", "a and b", "a, b and c"."""
+    return f"{', '.join(words[:-1])} {conjunction} {words[-1]}" if len(words) > 1 else "".join(words)
 
 
 def build_report(
@@ -50,7 +80,7 @@ def build_report(
     output: Path,
     pairs: list[tuple[str, str]] | None = None,
     metric: str = "accuracy",
-    post_method: str = "zero-shot",
+    post_method: str | None = None,
     n_boot: int = 1000,
     post_scores: PostScores | None = None,
 ) -> Path:
@@ -73,11 +103,14 @@ def render(
     groups: list[GroupScore] | None = None, testbed: dict[str, Any] | None = None,
 ) -> str:
     """The whole page as a string; ``groups``: lm-eval groups' scores (analysis/groups.py)."""
-    runs = sorted(runs, key=lambda r: (r.task, r.model, METHODS.index(r.method), r.seed))
+    rank = {m: i for i, m in enumerate(names())}
+    runs = sorted(runs, key=lambda r: (r.task, r.model, rank.get(r.method, len(rank)), r.method, r.seed))
+    tuned = [label_of(m) for m in tuned_names()]
     page: dict[str, Any] = {
         "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}), "groups": groups,
         "n_tasks": len({r.task for r in runs}), "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed}
+        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed,
+        "reference": label_of(_reference() or ""), "tuned_and": _listed(tuned, "and"), "tuned_or": _listed(tuned, "or")}
     if runs:
         samples = {run.path: _samples(run) for run in runs}
         # f1 only where a run has it (a task that scores token F1): a column of dashes would widen every
@@ -117,8 +150,9 @@ def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) ->
     """Per task (templates/knowledge.html.j2): the verdicts; per model the format-free references (cloze,
     letter log-likelihood) beside each method's strict accuracy, the soft prompt's label-prior check and
     the paired tests; the cloze figure; and why outputs failed the format."""
-    tests = paired_method_tests(runs, pairs=VERDICT_PAIRS)  # the table's pairs and the verdicts' at once
-    paired = {(r.task, r.model, r.test.a): r for r in tests if r.test.b == "soft-prompt"}
+    tests = paired_method_tests(runs, pairs=pairs())  # the table's pairs and the verdicts' at once
+    reference, treatment, compared = _reference(), _treatment(), _compared()
+    paired = {(r.task, r.model, r.test.a): r for r in tests if r.test.b == treatment}
     said = verdicts(runs, tests)
     blocks = []
     for task in sorted({r.task for r in runs}):
@@ -131,17 +165,17 @@ def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) ->
             values = {(metric, method): run.metric(metric) for (m, method), run in first.items() if m == model
                       for metric in METRICS if run.metric(metric)}
             bars.append((model, values))
-            cloze_from = next((meth for meth in METHODS if (("cloze_accuracy", meth) in values)), None)
+            cloze_from = next((meth for meth in names() if (("cloze_accuracy", meth) in values)), None)
+            own = () if treatment is None else (values.get(("permutation_consistency", treatment)),
+                                                values.get(("circular_accuracy", treatment)))
             rows.append({
-                "model": model, "cloze_from": None if cloze_from in (None, "zero-shot") else cloze_from,
+                "model": model, "cloze_from": None if cloze_from in (None, reference) else cloze_from,
                 "metrics": [values.get(("cloze_accuracy", cloze_from)),
                             values.get(("cloze_accuracy_norm", cloze_from)),
-                            values.get(("letter_loglik_accuracy", cloze_from or "zero-shot")),
-                            *(values.get(("accuracy", meth)) for meth in table_methods(runs)),
-                            values.get(("permutation_consistency", "soft-prompt")),
-                            values.get(("circular_accuracy", "soft-prompt"))],
-                "paired": [paired.get((task, model, "zero-shot")), paired.get((task, model, "few-shot"))]})
-        if not any((metric, meth) in v for _, v in bars for meth in METHODS
+                            values.get(("letter_loglik_accuracy", cloze_from or reference)),
+                            *(values.get(("accuracy", meth)) for meth in table_methods(runs)), *own],
+                "paired": [paired.get((task, model, meth)) for meth in compared]})
+        if not any((metric, meth) in v for _, v in bars for meth in names()
                    for metric in ("cloze_accuracy", "accuracy")):
             continue
         blocks.append({
@@ -190,12 +224,13 @@ def _check_output(output: Path) -> None:
 
 
 def _curves(runs: list[Run]) -> dict[str, Any]:
-    """The tuned runs' learning curves (soft-prompt, lora; the first MAX_CURVES drawn), and the damaged ones
-    named."""
+    """The tuned runs' learning curves (the methods that train something: MethodSpec.tunes; the first MAX_CURVES
+    drawn), and the damaged ones named."""
     curves, damaged = [], []
+    tuned = tuned_names()
     for run in runs:
         path = run.path / CURVE_FILE
-        if run.method in TUNED_METHODS and path.is_file():
+        if run.method in tuned and path.is_file():
             try:
                 rows = read_curve(path)
             except ValueError as err:

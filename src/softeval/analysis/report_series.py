@@ -9,8 +9,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from softeval.analysis.plots import METHOD_COLORS, img
-from softeval.protocol import METHODS
+from softeval.analysis.plots import img
+from softeval.methods import TREATMENT, colour_of, label_of, names, with_role
 from softeval.store.format import Run
 
 # (metric, label, line style): the strict score, and the format-free references where a run has them.
@@ -43,14 +43,14 @@ def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
     """Left: accuracy (95% band), lenient and cloze against step, per method; right: format_rate."""
     fig = Figure(figsize=(10.5, 3.6))
     score, fmt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    for method in METHODS:
+    for method in names():
         runs = sorted((step, run) for (m, step), run in cells.items() if m == method)
         if not runs:
             continue
-        color = METHOD_COLORS.get(method, "#444")
+        color = colour_of(method, "#444")
         for metric, label, style in SCORES:
-            _band(score, runs, metric, color, style, f"{method} {label}")
-        _band(fmt, runs, "format_rate", color, "-", method)
+            _band(score, runs, metric, color, style, f"{label_of(method)} {label}")
+        _band(fmt, runs, "format_rate", color, "-", label_of(method))
     for ax, name in ((score, "score"), (fmt, "format_rate")):
         ax.set_xlabel("training step", fontsize=8.5)
         ax.set_ylabel(name, fontsize=8.5)
@@ -65,7 +65,7 @@ def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
 
 
 def _tuning(run: Run | None) -> str | None:
-    """The soft-prompt tuning of a checkpoint's run, in words: steps, seconds, where it started."""
+    """The treatment's tuning of a checkpoint's run (the soft prompt's), in words: steps, seconds, where it started."""
     tuning = (run.results.get("tuning") or {}) if run else {}
     if not tuning.get("steps_run"):
         return None
@@ -76,20 +76,21 @@ def _tuning(run: Run | None) -> str | None:
 
 def series_section(runs: list[Run]) -> list[dict[str, Any]]:
     """Per series and task, what templates/series.html.j2 shows: its figure, and a table of each method's
-    accuracy and format_rate and the soft prompt's tuning per step."""
+    accuracy and format_rate and the treatment's tuning (the soft prompt's) per step."""
+    treatment = next(iter(with_role(TREATMENT)), "")
     blocks = []
     for (series, task), cells in sorted(series_runs(runs).items()):
-        methods = [m for m in METHODS if any(k[0] == m for k in cells)]
+        methods = [m for m in names() if any(k[0] == m for k in cells)]
         rows = []
         for step in sorted({step for _, step in cells}):
             at_step = [cells.get((m, step)) for m in methods]
-            rows.append({"step": step, "tuning": _tuning(cells.get(("soft-prompt", step))),
+            rows.append({"step": step, "tuning": _tuning(cells.get((treatment, step))),
                          "metrics": [run.metric(metric) if run else None
                                      for run in at_step for metric in ("accuracy", "format_rate")]})
         blocks.append({
             "series": series, "task": task, "rows": rows,
             "chart": img(series_figure(cells, f"{series} · {task}"),
                          f"{series} {task} score and format by step"),
-            "columns": ["step", *(f"{m} {what}" for m in methods for what in ("accuracy", "format")),
-                        "soft-prompt tuning"]})
+            "columns": ["step", *(f"{label_of(m)} {what}" for m in methods for what in ("accuracy", "format")),
+                        f"{label_of(treatment)} tuning".lstrip()]})
     return blocks

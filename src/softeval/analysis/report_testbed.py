@@ -10,7 +10,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from softeval.analysis.plots import METHOD_COLORS, img
+from softeval.analysis.plots import img
+from softeval.methods import colour_of
 from softeval.store.format import TESTBED_FILE
 
 TARGETS = (("post", "vs post-trained"), ("seen", "vs facts trained on"), ("cloze", "vs cloze"))
@@ -52,7 +53,7 @@ def testbed_figure(data: dict[str, Any]) -> Figure:
             ys.append(cell["kendall_tau"])
             errs[0].append(max(0.0, cell["kendall_tau"] - ci[0]))
             errs[1].append(max(0.0, ci[1] - cell["kendall_tau"]))
-        left.bar(xs, ys, width, yerr=errs, capsize=2, label=method, color=METHOD_COLORS.get(method, "#444"))
+        left.bar(xs, ys, width, yerr=errs, capsize=2, label=method, color=colour_of(method, "#444"))
     left.axhline(0, color="#888", lw=0.8)
     left.set_xticks(range(len(TARGETS)), [label for _, label in TARGETS], fontsize=8)
     left.set_ylim(-1.05, 1.05)
@@ -62,7 +63,7 @@ def testbed_figure(data: dict[str, Any]) -> Figure:
         pts = [(r["truth"]["seen_share"], r["scores"].get(method)) for r in data["recipes"].values()]
         pts = [(x, y) for x, y in pts if x is not None and y is not None]
         right.plot([x for x, _ in pts], [y for _, y in pts], "o", label=method, alpha=0.8,
-                   color=METHOD_COLORS.get(method, "#444" if method in methods else "#c4504a"))
+                   color=colour_of(method, "#444" if method in methods else "#c4504a"))
     right.set_xlabel("share of scored facts trained on (ground truth)", fontsize=8)
     right.set_ylabel("accuracy", fontsize=8)
     right.legend(fontsize=7)
