@@ -18,11 +18,12 @@ from rich.text import Text
 
 from softeval.analysis.compare import (
     PER_ITEM,
-    POST_METHODS,
     Comparison,
     compare_runs,
     load_runs,
     parse_pairs,
+    post_methods,
+    reference_method,
 )
 from softeval.analysis.groups import group_scores
 from softeval.analysis.pairs import PairedRow, paired_method_tests
@@ -30,6 +31,7 @@ from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
+from softeval.methods import BASELINE, REFERENCE, TREATMENT, label_of, with_role
 from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
@@ -73,9 +75,9 @@ def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="score to rank by (and to test methods on)")
     p.add_argument(
         "--post-method",
-        default="zero-shot",
-        choices=list(POST_METHODS),
-        help="how the post-trained models are scored (default zero-shot: how they are used; "
+        default=reference_method(),
+        choices=list(post_methods()),
+        help=f"how the post-trained models are scored (default {reference_method()}: how they are used; "
         "'best' takes each one's highest-scoring method)",
     )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates (default 2000)")
@@ -171,7 +173,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if comparison:
         _print_comparison(console, comparison)
     elif not paired and not groups:
-        raise UserError("nothing to compare: no model has a soft-prompt run beside a zero-shot or few-shot run "
+        treated = " or ".join(label_of(m) for m in with_role(TREATMENT))
+        against = " or ".join(label_of(m) for m in (*with_role(REFERENCE), *with_role(BASELINE)))
+        raise UserError(f"nothing to compare: no model has a {treated} run beside a {against} run "
                         "on the same task, and no --pair BASE=POST was given for the ranking")
     return 0
 
@@ -179,8 +183,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _print_paired(console: Console, rows: list[PairedRow]) -> None:
     if not rows:
         return
-    table = Table(title=f"soft-prompt against prompting on the same items ({rows[0].metric}): difference "
-                        "with 95% Tango score interval, McNemar exact p")
+    table = Table(title=f"{label_of(rows[0].test.b)} against prompting on the same items ({rows[0].metric}): "
+                        "difference with 95% Tango score interval, McNemar exact p")
     for col in ("task · model", "against", "n", "accuracy", "difference", "only / only", "p"):
         table.add_column(col, overflow="fold", justify="left" if col in ("task · model", "against") else "right")
     for row in rows:
