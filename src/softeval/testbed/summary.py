@@ -12,14 +12,19 @@ from rich.table import Table
 from softeval.analysis.compare import load_item_scores
 from softeval.analysis.ranking_stats import ItemScores
 from softeval.errors import UserError
+from softeval.methods import TREATMENT, label_of, spec_of, with_role
 from softeval.metrics import wilson
 from softeval.store.format import Run
 from softeval.testbed.recipes import FORMAT_LITTLE, NEVER_SAW, Recipe
 from softeval.testbed.stats import TARGETS, TRUTHS, WorldScores, method_correlations
-from softeval.testbed.sweepfile import POST_METHODS, base_methods
+from softeval.testbed.sweepfile import base_methods, post_method
 
-POST = "post-trained " + POST_METHODS[0]  # the partner's score as tables name it
 TESTBED_VERSION = 1
+
+
+def post_label() -> str:
+    """The partner's score as tables name it ("post-trained zero-shot")."""
+    return "post-trained " + post_method()
 
 
 def world_scores(runs: list[Run], seed: int, recipes: tuple[Recipe, ...], names: dict[str, tuple[str, str]],
@@ -35,7 +40,7 @@ def world_scores(runs: list[Run], seed: int, recipes: tuple[Recipe, ...], names:
         return load_item_scores([run], "accuracy")
 
     base = {m: [items(names[r.name][0], m) for r in recipes] for m in base_methods()}
-    post = [items(names[r.name][1], POST_METHODS[0]) for r in recipes]
+    post = [items(names[r.name][1], post_method()) for r in recipes]
     truth = {t: [ItemScores(notes[r.name]["ids"], np.array(notes[r.name]["truth"][t], dtype=float),
                             np.ones(len(notes[r.name]["ids"]))) for r in recipes] for t in TRUTHS}
     return WorldScores(seed, [r.name for r in recipes], base, post, truth)
@@ -45,6 +50,8 @@ def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dic
     """Each control recipe, per world, with whether it held (docs/knowledge.md, "The ranking claim on a world
     with known answers")."""
     out = []
+    treatment = next(iter(with_role(TREATMENT)), "")  # the method FORMAT_LITTLE is not ranked high by
+    who = spec_of(treatment).who if treatment else "the treatment"
     for recipe in recipes:
         if recipe.control is None:
             continue
@@ -52,24 +59,24 @@ def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dic
         held, details = True, []
         for w in worlds:
             if recipe.control == NEVER_SAW:
-                for label, s in [*((m, w.base[m][k]) for m in w.base), (POST, w.post[k])]:
+                for label, s in [*((m, w.base[m][k]) for m in w.base), (post_label(), w.post[k])]:
                     low, _ = wilson(int(s.num.sum()), len(s.ids))
                     above = low is not None and low > chance[w.seed]
                     held &= not above
                     details.append(f"world {w.seed} {label}: {s.score():.3f}"
                                    + (f" ABOVE CHANCE {chance[w.seed]:.3f}" if above else ""))
             elif recipe.control == FORMAT_LITTLE:
-                scores = [s.score() for s in w.base["soft-prompt"]] if "soft-prompt" in w.base else []
+                scores = [s.score() for s in w.base[treatment]] if treatment in w.base else []
                 if not scores:
                     continue
                 mine = scores[k]
                 rank = 1 + sum(s > mine for s in scores) + 0.5 * sum(s == mine for s in scores[:k] + scores[k + 1:])
                 high = rank < (len(scores) + 1) / 2
                 held &= not high
-                details.append(f"world {w.seed}: soft-prompt {mine:.3f}, rank {rank:g} of {len(scores)}"
+                details.append(f"world {w.seed}: {label_of(treatment)} {mine:.3f}, rank {rank:g} of {len(scores)}"
                                + (" (ranked high)" if high else ""))
         rule = ("every method's accuracy not above chance (Wilson lower bound <= the majority-value rate)"
-                if recipe.control == NEVER_SAW else "not ranked in the upper half by the soft prompt")
+                if recipe.control == NEVER_SAW else f"not ranked in the upper half by {who}")
         out.append({"control": recipe.control, "recipe": recipe.name, "rule": rule, "held": held,
                     "details": details})
     return out
@@ -79,10 +86,11 @@ def summarize(worlds: list[WorldScores], recipes: tuple[Recipe, ...], notes: dic
               chance: dict[int, float], settings: dict, n_boot: int, timing: dict) -> dict:
     """testbed.json's content."""
     methods = {m: method_correlations(worlds, m, n_boot) for m in base_methods()}
+    post = post_label()
     per_recipe = {}
     for k, recipe in enumerate(recipes):
         scores = {m: _mean([w.base[m][k].score() for w in worlds]) for m in base_methods()}
-        scores[POST] = _mean([w.post[k].score() for w in worlds])
+        scores[post] = _mean([w.post[k].score() for w in worlds])
         truth = {t: _mean([notes[w.seed][recipe.name][t] for w in worlds])
                  for t in (("seen_share", "cloze"))}
         per_recipe[recipe.name] = {"recipe": recipe.to_json(), "truth": truth, "scores": scores,
@@ -90,10 +98,10 @@ def summarize(worlds: list[WorldScores], recipes: tuple[Recipe, ...], notes: dic
                                        "seen_share": notes[w.seed][recipe.name]["seen_share"],
                                        "cloze": notes[w.seed][recipe.name]["cloze"],
                                        "scores": {**{m: round(w.base[m][k].score(), 4) for m in w.base},
-                                                  POST: round(w.post[k].score(), 4)}} for w in worlds}}
+                                                  post: round(w.post[k].score(), 4)}} for w in worlds}}
     return {"testbed_version": TESTBED_VERSION, "settings": settings, "world_seeds": [w.seed for w in worlds],
             "metric": "accuracy", "n_boot": n_boot, "confidence": 0.95,
-            "targets": {"post": f"the partners' scores ({POST})", "seen": "share of scored facts trained on",
+            "targets": {"post": f"the partners' scores ({post})", "seen": "share of scored facts trained on",
                         "cloze": "the base model's cloze score on the scored facts"},
             "methods": methods, "recipes": per_recipe, "chance": chance and _mean(list(chance.values())),
             "controls": controls(worlds, recipes, chance), "timing": timing}

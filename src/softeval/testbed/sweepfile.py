@@ -1,21 +1,26 @@
 """The comparison as an ordinary sweep file, one per world seed, written into the output root: every base
-model with every method softeval knows (protocol.METHODS), every post-trained partner zero-shot, all on
-that world's QA task file. `softeval sweep FILE` runs it by hand just as the testbed does."""
+model with every method softeval knows (the registry's: softeval.methods), every post-trained partner with the
+reference method (the bare prompt, how it is used), all on that world's QA task file. `softeval sweep FILE` runs
+it by hand just as the testbed does."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from softeval.protocol import BASE, METHODS, POST_TRAINED
+from softeval.methods import REFERENCE, names, with_role
+from softeval.protocol import BASE, POST_TRAINED
 from softeval.store.format import TESTBED_SWEEP
 
-POST_METHODS = ("zero-shot",)
+
+def post_method() -> str:
+    """The method a post-trained partner is scored with: the REFERENCE method (the bare prompt, how it is used)."""
+    return with_role(REFERENCE)[0]
 
 
 def base_methods() -> tuple[str, ...]:
-    """The methods a base model is scored with: every method of the run layer (a new one joins here)."""
-    return METHODS
+    """The methods a base model is scored with: every registered method (a new one joins here)."""
+    return names()
 
 
 def write_sweep(root: Path, world_seed: int, task_file: Path, pairs: list[tuple[Path, Path]],
@@ -27,7 +32,7 @@ def write_sweep(root: Path, world_seed: int, task_file: Path, pairs: list[tuple[
         models.append({"name": str(base.relative_to(root)), "kind": BASE,
                        "post_trained": str(post.relative_to(root)), "methods": list(base_methods()),
                        "resources": {"cpus": 1}})
-        models.append({"name": str(post.relative_to(root)), "kind": POST_TRAINED, "methods": list(POST_METHODS),
+        models.append({"name": str(post.relative_to(root)), "kind": POST_TRAINED, "methods": [post_method()],
                        "resources": {"cpus": 1}})
     spec = {"out": ".", "models": models, "tasks": [str(task_file.relative_to(root))], "seeds": [0], **options}
     path = root / TESTBED_SWEEP.format(seed=world_seed)
