@@ -52,21 +52,19 @@ def test_wilson_bounds_are_exact_at_none_and_all():
 
 
 def test_methods_and_metrics_are_one_list_each():
-    """One source of truth: the CLI, the index, compare, the report and the prompts use
-    protocol.METHODS and protocol.METRICS, not copies."""
-    from softeval import protocol
+    """One source of truth: the methods are the registry's (softeval.methods) and the metrics protocol.METRICS;
+    the CLI, the index, compare and the report keep no copies."""
+    from softeval import methods, protocol
     from softeval.analysis import compare, report
-    from softeval.analysis import plots as report_plots
     from softeval.cli import app
-    from softeval.run import config, validate
-    from softeval.store import format, index
+    from softeval.store import index
 
-    for module in (format, validate, compare, report, report_plots):
-        assert module.METHODS is protocol.METHODS
-    assert config.DEFAULT_METHODS is protocol.DEFAULT_METHODS  # what runs when no method is named
+    for name in ("METHODS", "DEFAULT_METHODS", "TUNED_METHODS"):
+        assert not hasattr(protocol, name)
     for module in (index, report, app):
         assert module.METRICS is protocol.METRICS
-    assert compare.POST_METHODS[:-1] == protocol.METHODS
+    assert compare.post_methods()[:-1] == methods.names()
+    assert compare.reference_method() == methods.with_role(methods.REFERENCE)[0]
     assert set(compare.PER_ITEM) <= set(protocol.METRICS)
     assert app.build_parser().parse_args(["run", "--model", "m", "--task", "t"]).method == ",".join(
-        protocol.DEFAULT_METHODS)
+        methods.default_names())

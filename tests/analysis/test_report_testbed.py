@@ -7,7 +7,7 @@ from testbedworlds import RECIPES, TRUE, world
 
 from softeval.analysis.report import build_report
 from softeval.analysis.report_testbed import testbed_section as section_of
-from softeval.protocol import METHODS
+from softeval.methods import names
 from softeval.store.format import TESTBED_FILE
 from softeval.testbed.summary import summarize
 
@@ -28,8 +28,8 @@ def planted(tmp_path):
 def test_the_section_holds_every_method_recipe_and_control(tmp_path):
     data = planted(tmp_path)
     section = section_of(tmp_path)
-    assert [r["method"] for r in section["rows"]] == list(data["methods"]) == list(METHODS)
-    assert list(METHODS) == ["zero-shot", "few-shot", "soft-prompt", "lora"]
+    assert [r["method"] for r in section["rows"]] == list(data["methods"]) == list(names())
+    assert list(names()) == ["zero-shot", "few-shot", "soft-prompt", "lora"]
     assert section["seeds"] == [0, 1] and set(section["recipes"]) == {r.name for r in RECIPES}
     assert section["chart"].src.startswith("data:image/svg+xml;base64,")
     page = build_report(tmp_path, tmp_path / "report.html").read_text()

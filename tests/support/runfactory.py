@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from softeval.protocol import TUNED_METHODS
-from softeval.store.format import ADAPTER_FOLDERS
+from softeval.methods import known, spec_of, tuned_names
 from softeval.store.record import RESULTS_FORMAT_VERSION
 
 
@@ -106,7 +105,7 @@ def write_run(
         "item_ids": ids,
         "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
         "chat_template": False, "engine": {"backend": "hf"}, "truncated_prompts": 0, "unscorable": 0,
-        "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method in TUNED_METHODS else None,
+        "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method in tuned_names() else None,
         "config": config or {}, "versions": {"python": "3.11"}, "git": None,
         "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
         "wall_seconds": 60.0,
@@ -114,9 +113,10 @@ def write_run(
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     (run_dir / "samples.jsonl").write_text(text, encoding="utf-8")
-    if method in ADAPTER_FOLDERS:  # a finished tuned run holds its adapter (a stand-in: nothing reads it)
-        (run_dir / ADAPTER_FOLDERS[method]).mkdir(exist_ok=True)
-        (run_dir / ADAPTER_FOLDERS[method] / "adapter_model.safetensors").write_bytes(b"stand-in")
+    folder = spec_of(method).folder if known(method) else None
+    if folder is not None:  # a finished tuned run holds what it trained (a stand-in: nothing reads it)
+        (run_dir / folder).mkdir(exist_ok=True)
+        (run_dir / folder / "adapter_model.safetensors").write_bytes(b"stand-in")
     if curve is not None:
         (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
     return run_dir

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from softeval.cli.app import main
-from softeval.protocol import METHODS
+from softeval.methods import names
 from softeval.store.format import REPORT_FILE, TESTBED_FILE, TESTBED_SWEEP
 from softeval.testbed.recipes import CONTROLS, FORMAT_LITTLE, NEVER_SAW, QUICK
 
@@ -26,7 +26,7 @@ def test_the_quick_testbed_writes_its_models_runs_sweep_file_and_summary(quick):
     out, seconds = quick
     data = json.loads((out / TESTBED_FILE).read_text())
     assert data["world_seeds"] == [0] and data["settings"]["quick"]
-    assert list(data["methods"]) == list(METHODS)  # every method of the run layer, a new one included
+    assert list(data["methods"]) == list(names())  # every registered method, a new one included
     for cells in data["methods"].values():
         assert set(cells) == {"post", "seen", "cloze"}
         for cell in cells.values():
@@ -35,8 +35,8 @@ def test_the_quick_testbed_writes_its_models_runs_sweep_file_and_summary(quick):
     for recipe in QUICK:
         row = data["recipes"][recipe.name]
         assert row["truth"]["seen_share"] == pytest.approx(recipe.scored_share, abs=0.05)
-        assert set(row["scores"]) == {*METHODS, "post-trained zero-shot"}
-        for method in METHODS:
+        assert set(row["scores"]) == {*names(), "post-trained zero-shot"}
+        for method in names():
             assert (out / f"w0-{recipe.name}" / "testbed-qa-w0.yaml" / method / "seed0" / "results.json").is_file()
         assert (out / f"w0-{recipe.name}-post" / "testbed-qa-w0.yaml" / "zero-shot" / "seed0").is_dir()
     assert (out / TESTBED_SWEEP.format(seed=0)).is_file()
@@ -54,7 +54,7 @@ def test_the_controls_are_measured_and_the_never_saw_control_holds(quick):
     assert set(controls) == set(CONTROLS)
     never = controls[NEVER_SAW]
     assert never["held"], never["details"]  # no method finds facts a model never read
-    assert len(never["details"]) == len(METHODS) + 1
+    assert len(never["details"]) == len(names()) + 1
     fmt = controls[FORMAT_LITTLE]  # measured and reported either way: whether it holds is a finding
     soft = [r["per_world"]["0"]["scores"]["soft-prompt"] for r in data["recipes"].values()]
     mine = data["recipes"][fmt["recipe"]]["per_world"]["0"]["scores"]["soft-prompt"]
@@ -68,6 +68,6 @@ def test_a_second_run_continues_rather_than_redoing(quick):
     weights = sorted((out / "testbed").glob("w0/*/model.safetensors"))
     results = sorted(out.glob("*/*/*/seed0/results.json"))
     before = {p: p.stat().st_mtime_ns for p in weights + results}
-    assert len(weights) == 2 * len(QUICK) and len(results) == len(QUICK) * (len(METHODS) + 1)
+    assert len(weights) == 2 * len(QUICK) and len(results) == len(QUICK) * (len(names()) + 1)
     assert main(["testbed", "--quick", "--out", str(out)]) == 0
     assert {p: p.stat().st_mtime_ns for p in weights + results} == before

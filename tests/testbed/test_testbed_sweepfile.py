@@ -1,6 +1,6 @@
 """The testbed's comparison is an ordinary sweep file: softeval's own reader takes it as it is."""
 
-from softeval.protocol import METHODS
+from softeval.methods import names
 from softeval.store.format import TESTBED_SWEEP
 from softeval.sweep.file import load_sweep
 from softeval.testbed.build import write_task
@@ -25,5 +25,5 @@ def test_the_sweep_file_pairs_each_base_with_its_partner_and_scores_every_method
     for job in sweep.jobs:
         by_model.setdefault(job.model.label, set()).add(job.method)
         assert job.config.steps == 7 and job.config.task.endswith("testbed-qa-w0.yaml")
-    assert [by_model[str(b.relative_to(tmp_path))] for b, _ in pairs] == [set(METHODS)] * 3
+    assert [by_model[str(b.relative_to(tmp_path))] for b, _ in pairs] == [set(names())] * 3
     assert [by_model[str(p.relative_to(tmp_path))] for _, p in pairs] == [{"zero-shot"}] * 3
