@@ -173,14 +173,15 @@ def test_track_passes_the_backend_and_engine_arguments_on_to_every_run(trained_s
 
     base = ["track", str(trained_series["folder"]), "--task", str(trained_series["task"]),
             "--out", str(tmp_path / "out"), "--method", "zero-shot", "--dry-run"]
-    args = build_parser().parse_args([*base, "--backend", "vllm", "--vllm-arg", "max_model_len=1024"])
+    args = build_parser().parse_args([*base, "--backend", "vllm", "--engine-arg", "max_model_len=1024"])
     spec = track_spec(args)
-    assert spec["backend"] == "vllm" and spec["vllm"] == {"max_model_len": 1024}
+    assert spec["backend"] == "vllm" and spec["engine_args"] == {"max_model_len": 1024}
     sweep = parse_sweep(spec, tmp_path / "track", where="softeval track", command="track", local=False)
-    assert {(j.config.backend, tuple(j.config.vllm.items())) for j in sweep.jobs} == {
+    assert {(j.config.backend, tuple(j.config.engine_args.items())) for j in sweep.jobs} == {
         ("vllm", (("max_model_len", 1024),))}
-    assert main([*base, "--vllm-arg", "max_model_len=1024"]) == 2  # the run's own refusal, before any model loads
-    assert capsys.readouterr().err.strip().endswith("--vllm-arg sets vLLM's engine; add --backend vllm")
+    assert main([*base, "--engine-arg", "max_model_len=1024"]) == 2  # the run's own refusal, before any model loads
+    assert capsys.readouterr().err.strip().endswith("--engine-arg sets a backend's engine, and --backend hf takes no "
+                                                    "engine arguments: add --backend vllm, or leave it out")
     # Ray on this machine runs the workers here: without vLLM, `softeval run`'s refusal before Ray starts
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as where it is not installed
     assert main([*base, "--backend", "vllm"]) == 2
@@ -200,7 +201,7 @@ def test_track_passes_on_every_option_a_sweep_file_may_set(tmp_path):
     spec = track_spec(args)
     assert {k: spec[k] for k in ("permutations", "early_stop", "wait", "chat_template", "length_group")} == {
         "permutations": 2, "early_stop": False, "wait": True, "chat_template": "off", "length_group": 4}
-    assert not {"limit", "steps", "backend", "vllm", "skip_bad_rows"} & set(spec)
+    assert not {"limit", "steps", "backend", "engine_args", "skip_bad_rows"} & set(spec)
     # none given is passed on as None (off), not read as "not given" (the run's default: 0.5 on gsm8k)
     args = build_parser().parse_args(["track", str(tmp_path), "--task", "gsm8k", "--answer-share", "none"])
     spec = track_spec(args)

@@ -58,11 +58,12 @@ def test_backend_vllm_without_vllm_is_one_line_naming_the_install(tmp_path, caps
 
 def test_engine_arguments_without_backend_vllm_and_malformed_ones_are_refused(tmp_path, capsys):
     base = ["run", "--model", SMOLLM2, "--task", "mmlu", "--out", str(tmp_path)]
-    assert cli.main([*base, "--vllm-arg", "max_model_len=2048"]) == 2
-    assert one_error(capsys) == "error: --vllm-arg sets vLLM's engine; add --backend vllm"
+    assert cli.main([*base, "--engine-arg", "max_model_len=2048"]) == 2
+    assert one_error(capsys) == ("error: --engine-arg sets a backend's engine, and --backend hf takes no engine "
+                                 "arguments: add --backend vllm, or leave it out")
     with pytest.raises(SystemExit) as exit_:
-        cli.main([*base, "--backend", "vllm", "--vllm-arg", "max_model_len"])
-    assert exit_.value.code == 2 and "--vllm-arg takes KEY=VALUE" in capsys.readouterr().err
+        cli.main([*base, "--backend", "vllm", "--engine-arg", "max_model_len"])
+    assert exit_.value.code == 2 and "--engine-arg takes KEY=VALUE" in capsys.readouterr().err
 
 
 def test_a_gguf_file_is_refused_for_vllm(tmp_path, capsys):
@@ -79,24 +80,25 @@ def test_key_values_are_typed_and_backend_is_part_of_the_identity():
 
     assert [typed_value(v) for v in ("2", "0.5", "true", "False", "auto")] == [2, 0.5, True, False, "auto"]
     hf = RunConfig(model="m", task="mmlu").options("zero-shot")
-    vllm = RunConfig(model="m", task="mmlu", backend="vllm", vllm={"enforce_eager": True}).options("zero-shot")
-    assert identity_diff(hf, vllm) == ["backend: 'hf' -> 'vllm'", "vllm: None -> {'enforce_eager': True}"]
-    before = {k: v for k, v in hf.items() if k not in ("backend", "vllm")}  # a run that did not record them
-    assert identity_diff(before, hf) == ["backend: not recorded -> 'hf'", "vllm: not recorded -> None"]
+    vllm = RunConfig(model="m", task="mmlu", backend="vllm", engine_args={"enforce_eager": True}).options("zero-shot")
+    assert identity_diff(hf, vllm) == ["backend: 'hf' -> 'vllm'", "engine_args: None -> {'enforce_eager': True}"]
+    before = {k: v for k, v in hf.items() if k not in ("backend", "engine_args")}  # a run that did not record them
+    assert identity_diff(before, hf) == ["backend: not recorded -> 'hf'", "engine_args: not recorded -> None"]
 
 
 def test_a_sweep_files_vllm_mapping_is_type_checked(tmp_path, capsys):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
-                                                       "vllm": {"max_model_len": [1]}}], "tasks": ["mmlu"]}
+                                                       "engine_args": {"max_model_len": [1]}}], "tasks": ["mmlu"]}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert cli.main(["sweep", str(path), "--dry-run"]) == 2
-    assert "'vllm': max_model_len must be text, a number or true/false, not list" in one_error(capsys)
-    spec["models"][0]["vllm"] = {"max_model_len": 1024}
+    assert "'engine_args': max_model_len must be text, a number or true/false, not list" in one_error(capsys)
+    spec["models"][0]["engine_args"] = {"max_model_len": 1024}
     spec["models"][0]["backend"] = "hf"
     path.write_text(yaml.safe_dump(spec))
     assert cli.main(["sweep", str(path), "--dry-run"]) == 2
-    assert "'vllm' sets vLLM's engine; add backend: vllm" in one_error(capsys)
+    assert one_error(capsys).endswith("'engine_args' sets a backend's engine, and backend: hf takes no engine "
+                                      "arguments: add backend: vllm, or leave it out")
 
 
 def test_the_engine_binds_its_threads_only_where_they_fill_the_cpus_it_may_use(monkeypatch):
@@ -281,26 +283,26 @@ def test_a_vllm_run_writes_the_files_and_keys_of_an_hf_run(tuned_runs):
 @needs_vllm
 def test_a_bad_engine_argument_is_one_line_before_any_model_loads(tmp_path, capsys):
     args = ["run", "--model", SMOLLM2, "--task", "mmlu", "--backend", "vllm", "--out", str(tmp_path)]
-    assert cli.main([*args, "--vllm-arg", "tensor_paralel_size=2"]) == 2
-    assert "--vllm-arg 'tensor_paralel_size' is not an argument of vLLM's engine" in one_error(capsys)
-    assert cli.main([*args, "--vllm-arg", "dtype=float16"]) == 2
-    assert one_error(capsys) == "error: --vllm-arg dtype: use --dtype, not an engine argument"
+    assert cli.main([*args, "--engine-arg", "tensor_paralel_size=2"]) == 2
+    assert "--engine-arg 'tensor_paralel_size' is not an argument of vLLM's engine" in one_error(capsys)
+    assert cli.main([*args, "--engine-arg", "dtype=float16"]) == 2
+    assert one_error(capsys) == "error: --engine-arg dtype: use --dtype, not an engine argument"
     assert not any(tmp_path.iterdir())
 
 
 @needs_vllm
 def test_an_engine_argument_of_the_wrong_type_is_one_line_before_any_model_loads(tmp_path, capsys):
     args = ["run", "--model", SMOLLM2, "--task", "mmlu", "--backend", "vllm", "--out", str(tmp_path)]
-    assert cli.main([*args, "--vllm-arg", "enforce_eager=maybe"]) == 2
-    assert one_error(capsys) == ("error: --vllm-arg enforce_eager='maybe' does not fit vLLM's engine: "
+    assert cli.main([*args, "--engine-arg", "enforce_eager=maybe"]) == 2
+    assert one_error(capsys) == ("error: --engine-arg enforce_eager='maybe' does not fit vLLM's engine: "
                                  "Input should be a valid boolean, unable to interpret input")
-    assert cli.main([*args, "--vllm-arg", "max_model_len=8k"]) == 2
+    assert cli.main([*args, "--engine-arg", "max_model_len=8k"]) == 2
     assert "max_model_len='8k' does not fit vLLM's engine: Input should be a valid integer" in one_error(capsys)
     # the right type out of the range vLLM's configs set: refused now, not when the engine starts after tuning
-    assert cli.main([*args, "--vllm-arg", "gpu_memory_utilization=1.5"]) == 2
-    assert one_error(capsys) == ("error: --vllm-arg gpu_memory_utilization=1.5 does not fit vLLM's engine: it must "
+    assert cli.main([*args, "--engine-arg", "gpu_memory_utilization=1.5"]) == 2
+    assert one_error(capsys) == ("error: --engine-arg gpu_memory_utilization=1.5 does not fit vLLM's engine: it must "
                                  "be at most 1 (CacheConfig.gpu_memory_utilization)")
-    assert cli.main([*args, "--vllm-arg", "tensor_parallel_size=0"]) == 2
+    assert cli.main([*args, "--engine-arg", "tensor_parallel_size=0"]) == 2
     assert "tensor_parallel_size=0 does not fit vLLM's engine: it must be at least 1" in one_error(capsys)
     assert not any(tmp_path.iterdir())
 
@@ -320,11 +322,12 @@ def test_a_vllm_built_for_another_device_is_named_with_its_install_as_the_user_w
 @needs_vllm
 def test_a_sweep_files_engine_arguments_are_checked_on_the_driver_before_it_starts(tmp_path, capsys):
     spec = {"out": str(tmp_path / "runs"), "models": [{"name": SMOLLM2, "backend": "vllm",
-                                                       "vllm": {"tensor_parallel_size": 0}}], "tasks": ["mmlu"]}
+                                                       "engine_args": {"tensor_parallel_size": 0}}],
+            "tasks": ["mmlu"]}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert cli.main(["sweep", str(path)]) == 2
-    assert one_error(capsys).endswith("'vllm' tensor_parallel_size=0 does not fit vLLM's engine: it must be at "
+    assert one_error(capsys).endswith("'engine_args' tensor_parallel_size=0 does not fit vLLM's engine: it must be at "
                                       "least 1 (ParallelConfig.tensor_parallel_size)")
     assert not (tmp_path / "runs").exists()
 
@@ -371,4 +374,5 @@ def test_an_engine_that_vllm_refuses_is_one_line_naming_the_arguments(engine_lm)
         VllmEngine(engine_lm, {"tensor_parallel_size": 4})
     assert str(refused.value) == (
         f"vLLM refused the engine for '{SMOLLM2}': Total number of attention heads (9) must be divisible by tensor "
-        "parallel size (4); change the engine arguments ({'tensor_parallel_size': 4}: --vllm-arg, a sweep's 'vllm')")
+        "parallel size (4); change the engine arguments ({'tensor_parallel_size': 4}: --engine-arg, a sweep's "
+        "'engine_args')")

@@ -1,5 +1,7 @@
 """Command-line flags from the option table (run/config.py): their names, types, choices, defaults and
-help are the table's, so a flag and a sweep file's key cannot drift apart."""
+help are the table's, so a flag and a sweep file's key cannot drift apart. A row's live choices (``--backend``'s)
+are read when a value is checked or the usage shown, and a help the row writes by a function when ``--help``
+shows it: a backend registered or installed after the table was defined is among them."""
 
 from __future__ import annotations
 
@@ -19,6 +21,18 @@ class KeyValues(argparse.Action):
         found = dict(getattr(namespace, self.dest, None) or {})
         found[key.strip()] = typed_value(value.strip())
         setattr(namespace, self.dest, found)
+
+
+class LateHelp(argparse._StoreAction):
+    """A flag whose help text is written when ``--help`` shows it (``help``: a function that writes it)."""
+
+    @property
+    def help(self) -> str:
+        return self._write()
+
+    @help.setter
+    def help(self, write) -> None:
+        self._write = write
 
 
 def typed_value(text: str):
@@ -66,12 +80,18 @@ def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False)
         if row.type is not str:
             kwargs["type"] = or_none(row.type) if row.nullable else row.type
         if row.choices is not None:
-            kwargs["choices"] = list(row.choices)
+            kwargs["choices"] = row.choices  # as it is (a live view stays one)
         if row.metavar is not None:
             kwargs["metavar"] = row.metavar
-    help = row.help
-    if passed_on or row.by_target:  # the flag's own default is not the table's: the help shows the table's
-        help = help % {"default": "none" if row.default is None else row.default}
+
+    def help() -> str:
+        text = row.help() if callable(row.help) else row.help
+        if passed_on or row.by_target:  # the flag's own default is not the table's: the help shows the table's
+            text = text % {"default": "none" if row.default is None else row.default}
+        return text
+
+    if callable(row.help):
+        kwargs["action"] = LateHelp
     if passed_on:
         kwargs["default"] = argparse.SUPPRESS
-    p.add_argument(row.flag, help=help, **kwargs)
+    p.add_argument(row.flag, help=help if callable(row.help) else help(), **kwargs)

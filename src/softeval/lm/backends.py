@@ -1,112 +1,184 @@
 """The backends by name (``--backend``), and the engine of a loaded model: started, kept, closed.
 
-``BACKENDS`` is the one registry. ``--backend``'s choices, default and help (the option table,
-run/config.py), the refusal of engine arguments given for another backend and each backend's own checks
-(run/validate.py) and what `softeval track` passes on all come from it, so a backend is added here and
-nowhere else (docs/backends.md, "Adding a backend"). ``run`` and ``sweep`` never name a backend.
+This is the one registry, and a lazy one. A backend is a ``Backend``: a description that names its engine
+(and its checks) by module path, so that nothing imports an engine until its backend starts one (importing
+this module imports neither vLLM nor ``vllm_engine``). The built-ins are ``BUILT_IN``; another distribution
+adds one through the entry-point group ``softeval.backends`` (``ENTRY_POINTS``: the entry point's name is the
+backend's, its value names a ``Backend``, loaded when that backend is looked up); a program or a test calls
+``register``. ``--backend``'s choices (``NAMES``, a live view), default and help (``backend_help``, written when
+``--help`` shows it), the refusal of engine arguments given to a backend that takes none and each backend's own
+checks (run/validate.py), and what `softeval track` passes on all come from here (docs/backends.md, "Adding a
+backend"). ``run`` and ``sweep`` never name a backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import pkgutil
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from importlib import metadata
 
-import torch
-
-from softeval.lm import generation, vllm_args
-from softeval.lm.batching import Progress
-from softeval.lm.engine import HF, AnswerEnd, Engine, Generation, Names
+from softeval.errors import UserError, shown
+from softeval.lm.engine import HF, Engine, Names
 from softeval.lm.models import LoadedModel
-from softeval.lm.vllm_engine import VllmEngine
 
+ENTRY_POINTS = "softeval.backends"  # the entry-point group through which another distribution adds a backend
 
-class HfEngine:
-    """softeval's own engine (``--backend hf``): ``generation.generate`` on the transformers model, in
-    batches of the run's ``--eval-batch-size``."""
-
-    def __init__(self, lm: LoadedModel, batch_size: int | str = 8) -> None:
-        self.lm = lm
-        self.batch_size = batch_size
-
-    def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
-                 max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
-                 first_ids: Sequence[list[int]] | None = None, answer_end: AnswerEnd = None) -> Generation:
-        return generation.generate(self.lm, seqs, soft=soft, max_new_tokens=max_new_tokens, stop=stop,
-                                   batch_size=self.batch_size, first_ids=first_ids, progress=progress,
-                                   answer_end=answer_end)
-
-    def record(self) -> dict:
-        return {"backend": HF}
-
-    def close(self) -> None:
-        """Nothing to free: the model is the run's."""
+# (the loaded model, the run's --eval-batch-size, its engine arguments or None) -> a started Engine
+StartEngine = Callable[[LoadedModel, int, dict | None], Engine]
+# (model, the device the run runs on or None on a sweep's driver, engine arguments, Names) -> None, or a UserError
+Check = Callable[[str, str | None, dict | None, Names], None]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One ``--backend``: how a run starts its engine and what it checks before a model loads."""
+    """One ``--backend``: how a run starts its engine and what it checks before a model loads. ``engine`` and
+    ``check`` are callables or the ``"module:name"`` of one, imported when first called: a backend's
+    description costs nothing to load, its engine is imported only when the backend is chosen."""
 
     name: str  # the --backend value, a sweep file's `backend:`
-    # (the loaded model, the run's --eval-batch-size, its engine arguments or None) -> a started Engine
-    start: Callable[[LoadedModel, int, dict | None], Engine]
+    engine: str | StartEngine  # starts its engine: (lm, batch size, engine arguments) -> Engine
     help: str  # what --backend's help says of it after its name
     # Kept on the model (``LoadedModel.engine``) for the next jobs with the same engine arguments, whatever
     # their batch size (a slow start: vLLM's); False: a new engine for each job, closed at its end (the HF
     # engine costs nothing to start)
     keep: bool = False
-    # the run option holding its engine arguments (vllm: --vllm-arg); None: it takes none
-    args: str | None = None
+    # it reads engine arguments (--engine-arg, a sweep file's `engine_args:`); given to one without, they are refused
+    takes_args: bool = False
     # its engine in messages ("vLLM": "starting the vLLM engine for ..."); None: it starts silently
     label: str | None = None
     started: Callable[[Engine], str] | None = None  # the line said once a labelled engine has started
-    # (model, the device the run runs on or None on a sweep's driver, engine arguments, Names): a UserError
-    # for what would fail later (vLLM not installed for the device, an unknown engine argument)
-    check: Callable[[str, str | None, dict | None, Names], None] | None = None
+    # what would fail later (vLLM not installed for the device, an unknown engine argument), refused before a
+    # model loads; ``Check`` says its arguments
+    check: str | Check | None = None
     # scores with a LoRA adapter put into the transformers model (lm.lora; --method lora): the HF engine reads
     # that model; an engine with weights of its own (vLLM) would score the base model, so it is refused
     lora: bool = False
 
+    def start(self, lm: LoadedModel, batch_size: int, args: dict | None) -> Engine:
+        """A started engine of this backend (its module imported now, the first time)."""
+        return _resolved(self.engine)(lm, batch_size, args)
 
-BACKENDS: dict[str, Backend] = {}
-NAMES = BACKENDS.keys()  # a live view: --backend's choices, a backend registered later included
+    def checked(self, model: str, device: str | None, args: dict | None, names: Names) -> None:
+        """Its checks before a model loads, where it has any."""
+        if self.check is not None:
+            _resolved(self.check)(model, device, args, names)
+
+
+def _resolved(ref):
+    """A callable given as itself or as ``"module:name"`` (its module imported now)."""
+    return pkgutil.resolve_name(ref) if isinstance(ref, str) else ref
+
+
+BUILT_IN: dict[str, Backend] = {b.name: b for b in (
+    Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", lora=True),
+    Backend("vllm", "softeval.lm.vllm_engine:start", "vLLM; log-likelihoods and tuning stay on hf; docs/backends.md",
+            keep=True, takes_args=True, label="vLLM", check="softeval.lm.vllm_args:check",
+            started=lambda e: f"vLLM {e.version} engine started in {e.start_seconds:.0f}s"),
+)}
 DEFAULT = HF
+_REGISTERED: dict[str, Backend] = {}  # register()'s, in this process
 
 
 def register(backend: Backend) -> None:
-    """Make ``backend`` a choice of ``--backend`` (and of a sweep file's ``backend:``)."""
-    BACKENDS[backend.name] = backend
+    """Make ``backend`` a choice of ``--backend`` (and of a sweep file's ``backend:``) in this process; a
+    built-in's name stays the built-in's."""
+    _REGISTERED[backend.name] = backend
 
 
-register(Backend(HF, lambda lm, batch_size, args: HfEngine(lm, batch_size), "the default: softeval's own", lora=True))
-register(Backend(
-    "vllm", lambda lm, batch_size, args: VllmEngine(lm, args),
-    "vLLM; log-likelihoods and tuning stay on hf; docs/backends.md", keep=True, args="vllm", label="vLLM",
-    started=lambda e: f"vLLM {e.version} engine started in {e.start_seconds:.0f}s", check=vllm_args.check))
+def unregister(name: str) -> None:
+    """Take back a backend ``register`` added (a test's own, after the test)."""
+    _REGISTERED.pop(name, None)
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    """The installed ``softeval.backends`` entry points by name, read anew (a few tens of ms): only when a name
+    that is not built in or registered is looked up, or every name listed."""
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def names() -> tuple[str, ...]:
+    """Every backend's name: the built-ins, the registered ones, then those of entry points."""
+    return tuple(dict.fromkeys([*BUILT_IN, *_REGISTERED, *_entry_points()]))
+
+
+def known(name: object) -> bool:
+    return isinstance(name, str) and (name in BUILT_IN or name in _REGISTERED or name in _entry_points())
+
+
+class _Names(Collection):
+    """``--backend``'s choices, read when asked: a backend registered or installed later is one of them."""
+
+    def __contains__(self, name: object) -> bool:
+        return known(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names())
+
+    def __len__(self) -> int:
+        return len(names())
+
+
+NAMES = _Names()
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; one of an entry point is loaded now (its package's description, not its
+    engine). An unknown name, or an entry point that does not load or names no ``Backend`` of that name, is a
+    UserError."""
+    found = BUILT_IN.get(name) or _REGISTERED.get(name)
+    if found is not None:
+        return found
+    entry = _entry_points().get(name)
+    if entry is None:
+        raise UserError(f"unknown backend {shown(name)}: use {', '.join(names())}")
+    where = f"backend {name} ({ENTRY_POINTS} entry point {entry.value} of {entry.dist.name if entry.dist else '?'})"
+    try:
+        obj = entry.load()
+    except Exception as err:  # noqa: BLE001 - another package's import fails with anything
+        raise UserError(f"{where} does not load ({type(err).__name__}: {err}): fix or reinstall that package, "
+                        "or choose another backend") from None
+    if not isinstance(obj, Backend) or obj.name != name:
+        raise UserError(f"{where} names {shown(obj)}, not a softeval.lm.backends.Backend called {name}: "
+                        "fix that package's entry point")
+    return obj
+
+
+def described() -> dict[str, Backend | None]:
+    """Every backend by name with its description, None where an entry point's does not load."""
+    found: dict[str, Backend | None] = {}
+    for name in names():
+        try:
+            found[name] = backend(name)
+        except UserError:
+            found[name] = None
+    return found
 
 
 def backend_help() -> str:
-    """``--backend``'s help: each backend with what it is."""
-    said = [f"{b.name} ({b.help})" for b in BACKENDS.values()]
+    """``--backend``'s help: each backend with what it is, as they are when it is shown."""
+    said = [f"{name} ({b.help if b else 'its entry point does not load: choose it to see why'})"
+            for name, b in described().items()]
     return "generation engine: " + (", ".join(said[:-1]) + " or " + said[-1] if len(said) > 1 else said[0])
 
 
-def start_engine(lm: LoadedModel, backend: str, batch_size: int, args: dict | None,
+def start_engine(lm: LoadedModel, name: str, batch_size: int, args: dict | None,
                  status: Callable[[str], AbstractContextManager] = lambda what: nullcontext(),
                  say: Callable[[str], None] = lambda line: None) -> Engine:
-    """An engine of ``backend`` for ``lm`` (``args``: its engine arguments). One the backend keeps is kept
+    """An engine of backend ``name`` for ``lm`` (``args``: its engine arguments). One the backend keeps is kept
     on the model and given again while the engine arguments stay the same (a sweep worker's model keeps
     its vLLM engine for all its jobs); another replaces it, the old one closed first. ``status(what)``
     is entered while a labelled engine starts, ``say`` told the line it gives once started."""
-    spec = BACKENDS[backend]
+    spec = backend(name)
     if not spec.keep:
         return spec.start(lm, batch_size, args)
-    if lm.engine is not None and lm.engine_started == (backend, args or {}):
+    if lm.engine is not None and lm.engine_started == (name, args or {}):
         return lm.engine
     close_engine(lm)
     with status(f"the {spec.label} engine") if spec.label else nullcontext():
         engine = spec.start(lm, batch_size, args)
-    lm.engine, lm.engine_started = engine, (backend, dict(args or {}))
+    lm.engine, lm.engine_started = engine, (name, dict(args or {}))
     if spec.started is not None:
         say(spec.started(engine))
     return engine

@@ -8,11 +8,11 @@ keeps that contract: the same stop rule, the same decoding, texts and ``hit_limi
 a run's files have one schema. ``record`` is what results.json's ``engine`` says of it; ``close`` frees
 what it holds.
 
-Two engines are built in: ``backends.HfEngine`` (softeval's own loop on the transformers model,
-``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one
-and what it checks before a model loads; the registry of backends by name is
-``backends.BACKENDS`` (docs/backends.md, "Adding a backend"). Log-likelihoods and tuning are not an
-engine's: they stay on the transformers model.
+Two engines are built in: ``hf_engine.HfEngine`` (softeval's own loop on the transformers model,
+``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one (by
+module path: an engine is imported only when its backend is chosen) and what it checks before a model loads;
+the registry of backends by name, built-ins and entry points, is ``backends`` (docs/backends.md, "Adding a
+backend"). Log-likelihoods and tuning are not an engine's: they stay on the transformers model.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Generation:
 
 
 class Engine(Protocol):
-    """What generates a run's outputs (``backends.HfEngine``, ``vllm_engine.VllmEngine``)."""
+    """What generates a run's outputs (``hf_engine.HfEngine``, ``vllm_engine.VllmEngine``)."""
 
     def generate(self, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
                  max_new_tokens: int = 32, stop: Sequence[str] = (), progress: Progress = None,
@@ -73,8 +73,8 @@ class Engine(Protocol):
 
 
 class Names(Protocol):
-    """How the user wrote the options, for a backend's messages (``run.config.Spelling``): ``--vllm-arg``
-    and ``--backend vllm`` on the command line, ``'vllm'`` and ``backend: vllm`` in a sweep file."""
+    """How the user wrote the options, for a backend's messages (``run.config.Spelling``): ``--engine-arg``
+    and ``--backend vllm`` on the command line, ``'engine_args'`` and ``backend: vllm`` in a sweep file."""
 
     def key(self, key: str) -> str: ...
 

@@ -1,5 +1,5 @@
 """vLLM before an engine starts (``--backend vllm``): importing it, the device it was built for, and the
-checks of its engine arguments (``--vllm-arg``, a sweep file's ``vllm:``) and of the model it can load.
+checks of its engine arguments (``--engine-arg``, a sweep file's ``engine_args:``) and of the model it can load.
 
 Every check runs before a model loads (``check``, the vllm backend's ``Backend.check``, from
 ``run.validate.check_backend``), so a bad name, a value of the wrong type or out of the range vLLM's
@@ -173,7 +173,7 @@ def check_engine_args_here(engine_args: dict | None, given: str) -> None:
 
 def check_engine_args(engine_args: dict | None, given: str) -> None:
     """Every key of ``engine_args`` an argument of vLLM's engine, of its type and range (``given``:
-    ``--vllm-arg`` or a sweep file's ``'vllm'``); softeval's own arguments are refused."""
+    ``--engine-arg`` or a sweep file's ``'engine_args'``); softeval's own arguments are refused."""
     known = engine_arg_types()
     for key, value in (engine_args or {}).items():
         if key in OWN_ARGS:
@@ -200,7 +200,7 @@ def check(model: str, device: str | None, engine_args: dict | None, name: Names)
     ``name`` spells the options as the user wrote them (``--backend vllm``, ``backend: vllm``)."""
     check_model(model)
     if device is None:
-        check_engine_args_here(engine_args, name.key("vllm"))
+        check_engine_args_here(engine_args, name.key("engine_args"))
         return
     kind = "cuda" if device.startswith("cuda") else device
     platform = installed_platform(name.setting("backend", "vllm"))
@@ -208,4 +208,4 @@ def check(model: str, device: str | None, engine_args: dict | None, name: Names)
         raise UserError(f"{name.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
                         f"{shown(platform)}; install {BUILDS.get(kind, 'a vLLM build for it')}, or "
                         f"use {name.setting('backend', 'hf')}")
-    check_engine_args(engine_args, name.key("vllm"))
+    check_engine_args(engine_args, name.key("engine_args"))

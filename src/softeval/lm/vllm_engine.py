@@ -44,7 +44,7 @@ KV_CACHE_SHARE, KV_CACHE_GIB = 0.25, (1, 8)  # CPU: the KV cache's share of avai
 # model's own batches (tuning a sweep worker's next soft prompt, log-likelihoods) beside the engine
 GPU_SHARE = 0.5
 DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the engine argument that fixes it
-# CPU: no graph compile unless asked (--vllm-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
+# CPU: no graph compile unless asked (--engine-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
 # engine started in 76-203 s by host (28-58 s from torch's compile cache) and generated GSM8K 1.25-1.44x
 # faster than the eager one, which started in 8-18 s: the compile pays for itself only after ~300 GSM8K
 # items per cached start, ~1,000-1,500 the first time (docs/backends.md).
@@ -140,8 +140,8 @@ class VllmEngine:
                 self.llm = vllm.LLM(**args)
             except ValueError as err:  # pydantic's ValidationError is one: vLLM's checks of its whole config
                 raise UserError(f"vLLM refused the engine for {shown(lm.name)}: {refusal(err)}; change the "
-                                f"engine arguments ({engine_args or 'none given'}: --vllm-arg, a sweep's "
-                                "'vllm')") from None
+                                f"engine arguments ({engine_args or 'none given'}: --engine-arg, a sweep's "
+                                "'engine_args')") from None
         self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.start_seconds = time.time() - started
 
@@ -166,7 +166,7 @@ class VllmEngine:
         longest = max(len(s) for s in seqs) + n_soft + max_new_tokens
         if longest > self.max_len:
             raise UserError(f"a prompt of {longest - max_new_tokens} tokens and {max_new_tokens} new ones "
-                            f"exceed the vLLM engine's max_model_len {self.max_len}: give --vllm-arg "
+                            f"exceed the vLLM engine's max_model_len {self.max_len}: give --engine-arg "
                             f"max_model_len={longest} (at most {self.lm.max_length}), or --limit fewer shots")
         lm = self.lm
         eos = set(lm.eos_ids or ())
@@ -220,3 +220,9 @@ class VllmEngine:
         release_freed_memory()  # the engine's host memory back to the system, as after each method
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def start(lm: LoadedModel, batch_size: int, engine_args: dict | None) -> VllmEngine:
+    """The vllm backend's engine (``backends.Backend.engine``: this module is imported only when that backend
+    starts one); vLLM batches by itself, so the run's batch size is not its."""
+    return VllmEngine(lm, engine_args)

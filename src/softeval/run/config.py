@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from softeval.lm.backends import BACKENDS, DEFAULT, NAMES, backend_help
+from softeval.lm.backends import DEFAULT, NAMES, backend_help
 from softeval.lm.fingerprint import checkpoint_fingerprint
 from softeval.lm.lora import LORA_TARGETS
 from softeval.lm.models import pick_device, pick_dtype
@@ -76,7 +76,7 @@ class Option:
     # again for each key; a mapping in a sweep file)
     type: type
     default: Any
-    help: str
+    help: str | Callable[[], str]  # or what writes it when --help shows it (--backend's: the registry's backends)
     range: tuple[float, float] | None = None  # smallest and largest allowed value (numbers)
     choices: Collection[str] | None = None
     nullable: bool = False  # None is allowed (it means "not set")
@@ -94,7 +94,7 @@ class Option:
         return self.flag_name or "--" + self.key.replace("_", "-")
 
 
-def option(type_: type, default: Any, help: str, **row: Any):
+def option(type_: type, default: Any, help: str | Callable[[], str], **row: Any):
     """A RunConfig field that is an option; ``row``: the rest of its Option. A required option is a
     field without a default."""
     metadata = {"option": dict(type=type_, default=default, help=help, **row)}
@@ -144,11 +144,11 @@ class RunConfig:
     eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
     device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
     dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    # the registry's backends (lm/backends.py), one registered later included
-    backend: str = option(str, DEFAULT, backend_help(), choices=NAMES)
-    vllm: dict | None = option(dict, None, "a vLLM engine argument for --backend vllm, e.g. "
-                               "tensor_parallel_size=2 (given once per argument); a sweep file's `vllm:` mapping",
-                               nullable=True, metavar="KEY=VALUE", flag_name="--vllm-arg")
+    # the registry's backends (lm/backends.py) as they are when asked or shown, one registered later included
+    backend: str = option(str, DEFAULT, backend_help, choices=NAMES)
+    engine_args: dict | None = option(dict, None, "an argument of the backend's engine, e.g. tensor_parallel_size=2 "
+                                      "for vllm (given once per argument); a sweep file's `engine_args:` mapping",
+                                      nullable=True, metavar="KEY=VALUE", flag_name="--engine-arg")
     force: bool = option(bool, False, "replace finished runs instead of skipping them", sweep=False)
     # another process is writing the same run: wait for it instead of exit 2
     wait: bool = option(bool, False, "when another process is writing the same run, wait for it "
@@ -225,12 +225,6 @@ class RunConfig:
             elif value is BY_TARGET:
                 defaults = TARGET_DEFAULTS.get(target_kind(self.task), {}) if defaults is None else defaults
                 setattr(self, key, defaults.get(key, row.default))
-
-    @property
-    def engine_args(self) -> dict | None:
-        """The engine arguments of its backend (``vllm`` for vllm), None for a backend that takes none."""
-        option = BACKENDS[self.backend].args
-        return getattr(self, option) if option else None
 
     def options(self, method: str, here: bool = True) -> dict:
         """Every option of the run of one method (results.json "config"); its identity is all of

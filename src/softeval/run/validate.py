@@ -17,7 +17,7 @@ import torch
 
 from softeval.checks import is_data_file, is_number, is_whole
 from softeval.errors import UserError, shown
-from softeval.lm.backends import BACKENDS
+from softeval.lm import backends
 from softeval.lm.engine import HF
 from softeval.lm.lora import ALL_LINEAR, LORA_TARGETS, parse_targets, peft_module
 from softeval.lm.models import check_model_name, hidden_size_before_loading, pick_device, pick_dtype
@@ -153,20 +153,20 @@ def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
 
 
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
-    """Engine arguments only for the backend that reads them (``--vllm-arg`` with ``--backend vllm``);
-    then the backend's own checks (``engine.Backend.check``; vLLM: a model it can load, vLLM installed
+    """Engine arguments only for a backend that reads them (``--engine-arg`` with ``--backend vllm``);
+    then the backend's own checks (``backends.Backend.check``; vLLM: a model it can load, vLLM installed
     for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
     else (a sweep's driver) what can be checked away from it."""
-    chosen = BACKENDS[cfg.backend]
+    chosen = backends.backend(cfg.backend)
     if "lora" in cfg.methods and not chosen.lora:
         raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method lora: its engine does not read "
                         f"the adapter put into the transformers model; run lora with {name.setting('backend', HF)}")
-    for other in BACKENDS.values():
-        if other.args is not None and other.args != chosen.args and getattr(cfg, other.args):
-            raise UserError(f"{name.key(other.args)} sets {other.label}'s engine; add "
-                            f"{name.setting('backend', other.name)}")
-    if chosen.check is not None:
-        chosen.check(cfg.model, pick_device(cfg.device) if on_device else None, cfg.engine_args, name)
+    if cfg.engine_args and not chosen.takes_args:
+        takers = " or ".join(name.setting("backend", n) for n, b in backends.described().items() if b and b.takes_args)
+        fix = f"add {takers}, or leave it out" if takers else "leave it out"
+        raise UserError(f"{name.key('engine_args')} sets a backend's engine, and "
+                        f"{name.setting('backend', cfg.backend)} takes no engine arguments: {fix}")
+    chosen.checked(cfg.model, pick_device(cfg.device) if on_device else None, cfg.engine_args, name)
 
 
 def check_init(value: str, tokens: int | None = None, model: str | None = None,
