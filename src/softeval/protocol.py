@@ -1,17 +1,15 @@
 """The names of the protocol (docs/design.md), one list each, used by the CLI, the runs index, compare and
-the report: the methods every task is scored with, and the metrics a run reports."""
-
-METHODS = ("zero-shot", "few-shot", "soft-prompt", "lora")
-# What `softeval run` (and a sweep file without `methods:`) scores when no method is named: lora, the
-# train-before-test comparison (docs/design.md), is asked for by name.
-DEFAULT_METHODS = ("zero-shot", "few-shot", "soft-prompt")
-# The methods that tune something on the task's tuning split before scoring (run/tune.py's one loop).
-TUNED_METHODS = ("soft-prompt", "lora")
+the report: the metrics a run reports, the kinds of model and target, the files of a trained part. The methods are
+the registry's (softeval.methods)."""
 
 # A saved soft prompt: a PEFT prompt-tuning adapter folder (lm.softprompt writes and reads it; a finished
 # soft-prompt run holds one, which store.format checks).
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+# The folder of a finished run that holds what its method trained (methods.MethodSpec.folder): a soft prompt, a
+# LoRA adapter (PEFT's LoRA format: lm.lora).
+SOFT_PROMPT_FOLDER = "soft_prompt"
+LORA_FOLDER = "lora_adapter"
 # The format of such a folder as softeval saves it (PEFT's files and softeval's notes beside them, which
 # record it): a change of either, the placement of the vectors among them, is a new version, never read
 # as this one.

@@ -14,7 +14,7 @@ from softeval.lm.lora import LoraAdapter, LoraSettings, attached
 from softeval.run import pipeline
 from softeval.run.prompting import Prompter
 from softeval.run.tune import TuneConfig, tune
-from softeval.store.format import LORA_FOLDER
+from softeval.protocol import LORA_FOLDER
 
 peft = pytest.importorskip("peft")
 
@@ -86,7 +86,7 @@ def test_the_saved_adapter_loads_with_peft_and_gives_the_same_logits(tmp_path):
             for name, p in adapter.trainable().items():
                 p.add_(torch.randn_like(p) * 0.1)  # B is zero at the start: make the adapter do something
             mine = lm.model(input_ids=ids).logits
-        adapter.save(tmp_path / "lora")
+        adapter.save(tmp_path / "lora", "lora")
     with torch.no_grad():
         base = lm.model(input_ids=ids).logits
     assert not torch.allclose(mine, base)

@@ -313,21 +313,23 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
 
     curve = [{"step": 0, "loss": None, "format_rate": 0.0}, {"step": 10, "loss": 1.3, "format_rate": None},
              {"step": 20, "loss": 1.2, "format_rate": 0.125}, {"step": 30, "loss": 1.2, "format_rate": 0.125}]
-    said = not_reached(curve)
+    said = not_reached(curve, "soft-prompt")
     assert said.startswith("not reached on the held-out slice (best 0.12 at step 20): the soft prompt did not learn")
     assert "--steps" in said and "--lr" in said and "--init" in said
-    assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}]).startswith("not measured")
+    assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}], "soft-prompt").startswith("not measured")
     from softeval.run.config import RunConfig
-    from softeval.run.tuned import ADVICE, AFTER_THE_RECIPE
+    from softeval.run.tuned import AFTER_THE_RECIPE, advice
 
-    assert not_reached(curve, cfg=RunConfig(model="m", task="mmlu")).endswith(ADVICE["soft-prompt"])
-    after = not_reached(curve, cfg=RunConfig(model="m", task="gsm8k"))  # it tuned with the recipe: not told it again
+    assert not_reached(curve, "soft-prompt", cfg=RunConfig(model="m", task="mmlu")).endswith(advice("soft-prompt"))
+    # it tuned with the recipe: not told it again
+    after = not_reached(curve, "soft-prompt", cfg=RunConfig(model="m", task="gsm8k"))
     assert after.endswith(AFTER_THE_RECIPE) and "--lr 0.3" not in after
-    assert not_reached(curve, cfg=RunConfig(model="m", task="gsm8k", lr=0.1)).endswith(ADVICE["soft-prompt"])
+    other_lr = RunConfig(model="m", task="gsm8k", lr=0.1)
+    assert not_reached(curve, "soft-prompt", cfg=other_lr).endswith(advice("soft-prompt"))
     # a warm start with the rest of the recipe goes on from a soft prompt: not told --init instruction and the rest
     warm = RunConfig(model="m", task="gsm8k", init="from:runs/m/gsm8k/soft-prompt/seed1/soft_prompt")
-    assert not_reached(curve, cfg=warm).endswith(AFTER_THE_RECIPE)
-    assert not_reached(curve, cfg=dataclasses.replace(warm, lr=0.1)).endswith(ADVICE["soft-prompt"])
+    assert not_reached(curve, "soft-prompt", cfg=warm).endswith(AFTER_THE_RECIPE)
+    assert not_reached(curve, "soft-prompt", cfg=dataclasses.replace(warm, lr=0.1)).endswith(advice("soft-prompt"))
 
 
 @settings(max_examples=200, deadline=None)
@@ -351,7 +353,7 @@ def test_a_held_out_loss_is_said_to_be_still_falling_only_when_its_last_point_fe
     if len(curve) > EARLY_STOP_MIN_POINTS:
         assert plateau(followed, 16) is not falling  # early stop waits exactly while the loss is said to fall
     if curve:
-        assert ("still falling" in not_reached(curve)) == falling
+        assert ("still falling" in not_reached(curve, "soft-prompt")) == falling
 
 
 def test_the_linear_schedule_falls_from_lr_to_zero_and_constant_stays():

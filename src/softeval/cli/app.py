@@ -25,9 +25,10 @@ from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
 from softeval.lm.models import load_model
 from softeval.lm.presets import PRESETS, preset_installed
+from softeval.methods import SOFT_PROMPT, default_names, names, spec_of, training, untuned_names
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import DEFAULT_METHODS, METHODS, METRICS, SOURCE_METRICS
+from softeval.protocol import METRICS, SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
 from softeval.run.groups import run_group
 from softeval.run.pipeline import found_run, run_job
@@ -84,14 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
     add_options(run, COMMON)
     add_options(run, TUNING)
-    run.add_argument("--method", default=",".join(DEFAULT_METHODS),
-                     help=f"comma-separated methods of {', '.join(METHODS)} (default %(default)s)")
+    run.add_argument("--method", default=",".join(default_names()),
+                     help=f"comma-separated methods of {', '.join(names())} (default %(default)s)")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
     add_options(tune, COMMON)
     add_options(tune, TUNING)
-    tune.set_defaults(handler=cmd_run, method="soft-prompt")
+    tune.set_defaults(handler=cmd_run, method=training(SOFT_PROMPT)[0])
 
     ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
     add_options(ev, COMMON)
@@ -151,14 +152,16 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    default = "soft-prompt" if args.soft_prompt else "zero-shot,few-shot"
-    methods = _methods(args.method or default)
-    if "lora" in methods:
-        raise UserError("softeval eval scores without tuning, and lora tunes an adapter: use `softeval run "
-                        "--method lora`")
-    if "soft-prompt" in methods and not args.soft_prompt:
-        raise UserError("softeval eval scores the soft-prompt method only with --soft-prompt DIR "
-                        "(use `softeval run` or `softeval tune` to tune one)")
+    saved = training(SOFT_PROMPT)[0]  # the method that scores a saved soft prompt
+    methods = _methods(args.method or (saved if args.soft_prompt else ",".join(untuned_names())))
+    for method in methods:
+        trains = spec_of(method).trains
+        if trains == SOFT_PROMPT and not args.soft_prompt:
+            raise UserError(f"softeval eval scores the {method} method only with --soft-prompt DIR "
+                            "(use `softeval run` or `softeval tune` to tune one)")
+        if spec_of(method).tunes and trains != SOFT_PROMPT:
+            raise UserError(f"softeval eval scores without tuning, and {method} tunes a {trains}: use `softeval run "
+                            f"--method {method}`")
     config = _config(args, methods, soft_prompt=args.soft_prompt)
     results = run_job(config)
     print_table(results)

@@ -10,7 +10,7 @@ from pathlib import Path
 from softeval.cli.options import add_option
 from softeval.consoles import table_console
 from softeval.errors import UserError
-from softeval.protocol import DEFAULT_METHODS
+from softeval.methods import default_names
 from softeval.run.config import OPTIONS, SWEEP_OPTIONS
 from softeval.sweep.driver import plan, run_sweep
 from softeval.sweep.file import parse_sweep
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("folder", metavar="FOLDER", help="folder of checkpoints (checkpoint-1000/, step2000/, ...)")
     p.add_argument("--task", action="append", required=True,
                    help="task name or task file; repeat or comma-separate for several")
-    p.add_argument("--method", default=",".join(DEFAULT_METHODS), help="comma-separated methods")
+    p.add_argument("--method", default=",".join(default_names()), help="comma-separated methods")
     p.add_argument("--seed", type=int, action="append", default=None, help="seed (repeat for several; default 0)")
     p.add_argument("--name", default=None, help="series name (default: the folder's name)")
     add_option(p, OPTIONS["out"])

@@ -67,10 +67,9 @@ class LoraSettings:
 class LoraAdapter:
     """A LoRA adapter put into ``lm.model``; what tuning trains (run/tune.py) and what a lora run scores.
 
-    ``method`` and ``soft`` are what the tuning loop reads of any trainable part: the prompt it tunes on
-    (the zero-shot prompt) and the vectors put before it (none here)."""
+    ``soft`` is what the tuning loop reads of any trainable part besides its tensors: the vectors put before the
+    prompt (none here)."""
 
-    method = "lora"
     soft = None
 
     def __init__(self, lm: LoadedModel, settings: LoraSettings, seed: int = 0):
@@ -109,15 +108,15 @@ class LoraAdapter:
             if ".lora_dropout." in name + ".":
                 module.train(on)
 
-    def save(self, folder: Path, extra: dict | None = None) -> None:
-        """PEFT's LoRA folder (config and weights) and softeval's notes beside it."""
+    def save(self, folder: Path, method: str, extra: dict | None = None) -> None:
+        """PEFT's LoRA folder (config and weights) and softeval's notes beside it (``method``: the run's)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self._peft.peft_config["default"].base_model_name_or_path = self.lm.name
         # the embeddings are never tuned: no look-up of the base model's files to find whether they were
         self._peft.save_pretrained(str(folder), save_embedding_layers=False)
         (folder / "README.md").unlink(missing_ok=True)  # PEFT's blank model card: nothing of this run in it
-        meta = {"format_version": LORA_FORMAT_VERSION, "method": "lora", "model": self.lm.name,
+        meta = {"format_version": LORA_FORMAT_VERSION, "method": method, "model": self.lm.name,
                 "lora": self.settings.record(), "trainable_parameters": self.n_trainable(), **(extra or {})}
         (folder / SOFTEVAL_META).write_text(json.dumps(meta, indent=2))
 

@@ -166,11 +166,9 @@ def check_format(folder: str | Path) -> dict:
 class SoftPrompt(torch.nn.Module):
     """``weight``: [num_virtual_tokens, hidden_size], kept in float32 and cast when injected.
 
-    ``method``, ``soft``, ``trainable`` and ``tuning`` are what the tuning loop (run/tune.py) reads of any
-    trainable part (lm.lora.LoraAdapter is the other): the prompt it tunes on, the vectors put before it,
-    the tensors it trains, and the switch between tuning and scoring."""
-
-    method = "soft-prompt"
+    ``soft``, ``trainable`` and ``tuning`` are what the tuning loop (run/tune.py) reads of any trainable part
+    (lm.lora.LoraAdapter is the other): the vectors put before the prompt, the tensors it trains, and the switch
+    between tuning and scoring."""
 
     def __init__(self, embeddings: torch.Tensor, init: str = "vocab"):
         super().__init__()

@@ -27,7 +27,8 @@ from softeval.lm.models import pick_device, pick_dtype
 from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
 from softeval.lm.softprompt import init_identity
 from softeval.lm.tuning_loss import ANSWER_LINE_REVISION
-from softeval.protocol import CHAT_TEMPLATES, DEFAULT_METHODS, KINDS, WORKED_SOLUTION
+from softeval.methods import default_names
+from softeval.protocol import CHAT_TEMPLATES, KINDS, WORKED_SOLUTION
 from softeval.store.identity import ANSWER_LINE, FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
 from softeval.tasks import TASKS, builtin_revision, target_kind
 from softeval.tasks.digest import data_file_sha256, task_file_sha256
@@ -127,7 +128,7 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 class RunConfig:
     model: str = option(str, None, "preset name, hub id, local folder or .gguf file", required=True, sweep=False)
     task: str = option(str, None, "task name (see `softeval tasks`)", required=True, sweep=False)
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = field(default_factory=default_names)  # the registry's (softeval.methods)
     limit: int | None = option(int, None, "score this many test items (same items for every run; default: all)",
                                range=(1, 10**9), nullable=True)
     shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000))

@@ -18,12 +18,11 @@ from rich.console import Console
 from softeval.consoles import message_console, progress_bar
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
-from softeval.lm import loglik, lora, memory
+from softeval.lm import loglik, memory
 from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
-from softeval.lm.lora import LoraAdapter
 from softeval.lm.models import LoadedModel, load_model
-from softeval.lm.softprompt import SoftPrompt
+from softeval.methods import SOFT_PROMPT, MethodSpec, spec_of
 from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
@@ -36,9 +35,9 @@ from softeval.run.scoring import (
     permutation_picks,
     score_output,
 )
-from softeval.run.tuned import lora_settings, tune_lora, tune_soft_prompt
+from softeval.run.tuned import Trained, trainer
 from softeval.run.validate import check_config
-from softeval.store.format import LORA_FOLDER, OUTPUTS_FILE, SOFT_PROMPT_FOLDER, samples_digest
+from softeval.store.format import OUTPUTS_FILE, samples_digest
 from softeval.store.identity import identity_of, reads
 from softeval.store.locking import describe
 from softeval.store.record import Results
@@ -89,11 +88,16 @@ class Job:
         self.curve_items, self.train = pool[:n_curve], pool[n_curve:]
         if not self.train:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
-        if "few-shot" in cfg.methods:
+        if self.takes_shots:
             check_shots(cfg.shots, len(self.train), cfg.task, name)
             if self.splits.shot_pool is not None:  # the task's source draws its own shots (lm-eval)
                 pool, most = self.splits.shot_pool
                 check_shots(cfg.shots, most, cfg.task, name, pool)
+
+    @property
+    def takes_shots(self) -> bool:
+        """Whether a method of the run puts shots before its items (its spec's ``shots``)."""
+        return any(spec_of(method).shots for method in self.config.methods)
 
     @property
     def lm(self) -> LoadedModel:
@@ -125,7 +129,7 @@ class Job:
     def prompter(self) -> Prompter:
         if self._prompter is None:
             cfg, lm = self.config, self.lm
-            shots = pick_shots(self.train, cfg.shots, cfg.seed) if "few-shot" in cfg.methods else []
+            shots = pick_shots(self.train, cfg.shots, cfg.seed) if self.takes_shots else []
             longest_target = max(self.task.max_new_tokens, 64)
             if cfg.tokens + 16 > lm.max_length:
                 raise UserError(f"{self.spelling.setting('tokens', cfg.tokens)} leaves no room for a prompt in the "
@@ -209,7 +213,7 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
             if on_skip is not None:
                 on_skip(method)
             continue
-        if method == "soft-prompt" and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
+        if spec_of(method).trains == SOFT_PROMPT and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
             raise UserError(f"the soft prompt {config.soft_prompt} belongs to the run {folder.final} that this "
                             "command would write (and with --force replace): score it into another output "
                             "root, e.g. --out runs-eval")
@@ -237,41 +241,31 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
 
 
 def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:
-    """Tune (soft-prompt, lora) and score one method into its run folder; its results. A lora run's adapter is
-    in the model while it tunes and scores, and taken out however the run ends: the next method, in this
-    process, scores the model as loaded."""
-    if method != "lora":
-        return _tune_and_score(job, method, folder, identity, None)
-    with lora.attached(job.lm, lora_settings(job.config), job.config.seed) as adapter:
-        return _tune_and_score(job, method, folder, identity, adapter)
+    """Train what the method trains (its spec: softeval.methods; run/tuned.py), generate, score and record one
+    method into its run folder; its results."""
+    spec, started, t0 = spec_of(method), now(), time.time()
+    prompter = job.prompter  # the model loaded and the prompts' budget checked first: a refusal leaves no folder
+    with trainer(job, spec) as part:  # every check that can refuse the command is before the folder starts
+        partial = folder.start(identity, log=lambda m: job.console.print(f"{method}: {m}", style="yellow",
+                                                                         markup=False))
+        trained = part.train(job, partial, identity_of(identity))
+        rows = score_items(job, method, [prompter.ids(e, method) for e in job.items], trained.soft, partial)
+        samples = score_samples(job, spec, rows)
+        text = jsonl_text(samples)  # samples.jsonl as finish writes it
+        results = run_record(job, spec, samples, text, trained, identity, started, t0)
+        final = folder.finish(results, text, trained.curve)
+    job.console.print(f"{method}: wrote {final}")
+    return results
 
 
-def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, adapter: LoraAdapter | None) -> dict:
-    cfg, console, task = job.config, job.console, job.task
-    started, t0 = now(), time.time()
-    lm, prompter = job.lm, job.prompter
-    loaded = SoftPrompt.load(cfg.soft_prompt, lm) if method == "soft-prompt" and cfg.soft_prompt else None
-    # after every check that can refuse the command: none leaves a folder
-    partial = folder.start(identity, log=lambda m: console.print(f"{method}: {m}", style="yellow", markup=False))
-    soft, tuning, curve = None, None, None
-    tuned_on = {"task": cfg.task, "seed": cfg.seed, "series": cfg.series, "step": cfg.step}
-    if method == "soft-prompt":
-        if loaded is not None:
-            soft_prompt = loaded
-            tuning = {"loaded_from": str(cfg.soft_prompt)}
-        else:
-            soft_prompt, tuning, curve = tune_soft_prompt(job, partial, identity_of(identity))
-        soft_prompt.save(partial / SOFT_PROMPT_FOLDER, lm, tuned_on)
-        soft = soft_prompt.weight.detach().to(lm.device)
-    elif adapter is not None:
-        tuning, curve = tune_lora(job, adapter, partial, identity_of(identity))
-        adapter.save(partial / LORA_FOLDER, tuned_on)
-    prompts = [prompter.ids(e, method) for e in job.items]
-    rows = score_items(job, method, prompts, soft, partial)
+def score_samples(job: Job, spec: MethodSpec, rows: list[dict]) -> list[dict]:
+    """Each generated row scored against its item (strict, lenient, why it failed the format, the log-likelihood
+    references), with the prompt the model read; unscorable and cut prompts said."""
+    task, prompter, console = job.task, job.prompter, job.console
     samples = []
     for example, row in zip(job.items, rows):
         sample = score_output(task, example, row["output"])
-        prompt = prompter.text(example, method)
+        prompt = prompter.text(example, spec.name)
         sample["hit_max_new_tokens"] = row.get("hit_limit")
         marked = task.answer_marked is not None and task.answer_marked(row["output"])
         sample["failure"] = failure_cause(sample, prompt, example.options, task.multiple_choice, row.get("hit_limit"),
@@ -291,15 +285,22 @@ def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, ad
     truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
-    found, text = versions(), jsonl_text(samples)  # text: samples.jsonl as finish writes it
+    return samples
+
+
+def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, trained: Trained, identity: dict,
+               started: str, t0: float) -> dict:
+    """results.json of one method's run (its record: softeval.store.record), in the order it is written."""
+    cfg, lm, prompter = job.config, job.lm, job.prompter
+    found = versions()
     metrics = aggregate(samples)
     source_metrics = job.task.extra.get("source_metrics")  # a task source's own aggregation (lm-eval's)
     if source_metrics is not None:
         metrics[SOURCE_METRICS] = source_metrics(samples)
-    results = Results(  # results.json (its record: softeval.store.record), in the order it is written
+    return Results(
         softeval_version=found["softeval"],
         model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
-        task=cfg.task, method=method, seed=cfg.seed, n=len(samples),
+        task=cfg.task, method=spec.name, seed=cfg.seed, n=len(samples),
         series=cfg.series, step=cfg.step,
         metrics=metrics,
         answers=answer_counts(samples),
@@ -308,17 +309,14 @@ def _tune_and_score(job: Job, method: str, folder: RunFolder, identity: dict, ad
         split={**job.splits.describe(), "item_seed": ITEM_SEED},
         chat_template=prompter.chat,
         engine=job.engine().record(),
-        truncated_prompts=truncated,
-        unscorable=unscorable,
-        tuning=tuning,
+        truncated_prompts=sum(1 for e in job.items if e.id in prompter.truncated),
+        unscorable=sum(1 for s in samples if s.get("unscorable")),
+        tuning=trained.tuning,
         config=identity,
         versions=found, git=git_hash(),
         started_at=started, finished_at=now(), wall_seconds=round(time.time() - t0, 2),
         **samples_digest(text),  # every reader checks samples.jsonl against these
     ).as_json()
-    final = folder.finish(results, text, curve)
-    console.print(f"{method}: wrote {final}")
-    return results
 
 
 SAVE_EVERY = 64  # items generated between two appends to the partial folder's outputs.jsonl

@@ -1,7 +1,8 @@
-"""Turn task items into token ids for each method: zero-shot, few-shot and soft-prompt.
+"""Turn task items into token ids for each method, as its spec says (softeval.methods): the shots before the item
+when it takes them, its frame of the item's question when it has one.
 
-The soft-prompt method sees exactly the zero-shot input (the soft prompt is added by the engine), so
-the three methods differ only in what comes before the question.
+A method that tunes a soft prompt sees exactly the bare input (the soft prompt is added by the engine), so the
+built-in methods differ only in what comes before the question.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from jinja2 import TemplateError
 
 from softeval.errors import UserError
 from softeval.lm.models import LoadedModel, end_of_turn_id
+from softeval.methods import MethodSpec, spec_of
 from softeval.protocol import BASE, POST_TRAINED
 from softeval.run.config import COMMAND_LINE, Spelling
-from softeval.run.validate import check_methods, check_option
+from softeval.run.validate import check_option
 from softeval.tasks.base import Example, Task
 
 
@@ -76,15 +78,17 @@ class Prompter:
     items: list[Example] = field(default_factory=list)
     _rendered: dict = field(default_factory=dict)  # (shots, item id) -> the task's own prompt
 
-    def full_text(self, example: Example, method: str) -> str:
-        """The rendered prompt (instruction, shots, item; in the chat template when it is on), or the
-        task's own (``Task.contexts``: the scored items' prompts rendered together, in one call)."""
-        check_methods((method,))
+    def full_text(self, example: Example, method: str | None = None) -> str:
+        """The rendered prompt of ``method`` (None: the bare prompt): instruction, its shots, the item, framed as its
+        spec says (in the chat template when it is on); or the task's own (``Task.contexts``: the scored items'
+        prompts rendered together, in one call), framed as a whole."""
+        spec = _spec(method)
+        shots = self.shots if spec is not None and spec.shots else []
         if self.task.contexts is not None:
-            return self._own_text(example, len(self.shots) if method == "few-shot" else 0)
-        shots = self.shots if method == "few-shot" else []
-        return self._assemble(self.task.instruction, [(self.task.render(s), self.task.target(s)) for s in shots],
-                              self.task.render(example))
+            return _framed(spec, self._own_text(example, len(shots)))
+        return self._assemble(self.task.instruction,
+                              [(_framed(spec, self.task.render(s)), self.task.target(s)) for s in shots],
+                              _framed(spec, self.task.render(example)))
 
     def _assemble(self, instruction: str, solved: list[tuple[str, str]], item: str) -> str:
         """Without a chat template: instruction, solved shots and the item as one text, blank lines
@@ -113,12 +117,12 @@ class Prompter:
             self._rendered.update(((k, e.id), text) for e, text in zip(group, self.task.contexts(group, k, chat)))
         return self._rendered[(k, example.id)]
 
-    def text(self, example: Example, method: str) -> str:
+    def text(self, example: Example, method: str | None = None) -> str:
         """The prompt the model reads: trailing spaces go to the answer (``encode_pair``), so the
         prompt generated from is the prompt tuned and scored on."""
         return _move_spaces(self.full_text(example, method), "")[0]
 
-    def ids(self, example: Example, method: str) -> list[int]:
+    def ids(self, example: Example, method: str | None = None) -> list[int]:
         return self._fit(self.encode(self.text(example, method), special=not self.chat), example)
 
     def _fit(self, ids: list[int], example: Example) -> list[int]:
@@ -132,7 +136,7 @@ class Prompter:
             return ids[:1] + ids[len(ids) - self.budget + 1:]
         return ids[len(ids) - self.budget:]
 
-    def target_ids(self, example: Example, method: str = "soft-prompt") -> list[int]:
+    def target_ids(self, example: Example, method: str | None = None) -> list[int]:
         """The answer in the required format, then the end-of-answer token: what the soft prompt is
         tuned to produce, cut from the joint encoding of prompt + answer (``encode_pair``)."""
         text = self._after(self.task.render(example), self.task.target(example))
@@ -140,7 +144,7 @@ class Prompter:
         end = end_of_answer_id(self.lm, self.chat)
         return ids + [end] if end is not None else ids
 
-    def continuation_ids(self, example: Example, method: str, continuation: str) -> list[int]:
+    def continuation_ids(self, example: Example, method: str | None, continuation: str) -> list[int]:
         """Ids of ``continuation`` as the model reads it after the item's prompt under ``method``."""
         return encode_pair(self.lm.tokenizer, self.full_text(example, method), continuation,
                            special=not self.chat)[1]
@@ -154,20 +158,20 @@ class Prompter:
     def encode(self, text: str, special: bool) -> list[int]:
         return list(self.lm.tokenizer(text, add_special_tokens=special).input_ids)
 
-    def option_ids(self, example: Example, method: str = "zero-shot") -> list[list[int]]:
+    def option_ids(self, example: Example, method: str | None = None) -> list[list[int]]:
         """Each option continuation's ids after the item's prompt (``encode_pair``); the seam is the
-        same under every method (the item comes last), so the zero-shot prompt stands for all."""
+        same under every method (the item comes last), so the bare prompt stands for all."""
         conts = [self._after(self.task.render(example), c) for c in self.task.continuations(example)]
         return [self.continuation_ids(example, method, c) for c in conts]
 
     def cloze_text(self, example: Example, method: str) -> str:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
         puts the shots before it in the same form, each with its gold option's text."""
-        check_methods((method,))
+        spec = _spec(method)
         if self.task.contexts is not None:
             return self.full_text(example, method)
         solved = []
-        for shot in self.shots if method == "few-shot" else []:
+        for shot in self.shots if spec is not None and spec.shots else []:
             texts, gold = self.task.cloze_options(shot)
             solved.append((self.task.cloze(shot), " " + texts[gold]))
         return self._assemble("", solved, self.task.cloze(example))
@@ -182,6 +186,16 @@ class Prompter:
                              special=not self.chat) for t in texts]
         ctx = pairs[0][0]
         return self._fit(ctx, example), [cont for _ctx, cont in pairs]
+
+
+def _spec(method: str | None) -> MethodSpec | None:
+    """The spec of ``method`` (an unknown one is a UserError); None for the bare prompt."""
+    return None if method is None else spec_of(method)
+
+
+def _framed(spec: MethodSpec | None, question: str) -> str:
+    """``question`` as the method's frame rewrites it (most methods: as it is)."""
+    return question if spec is None or spec.frame is None else spec.frame(question)
 
 
 def chat_text(tokenizer, instruction: str, turns: list[dict]) -> str:

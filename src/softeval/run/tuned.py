@@ -1,27 +1,27 @@
-"""The tuned methods of a run: tune its soft prompt (soft-prompt) or its LoRA adapter (lora) with the one
-tuning loop (run/tune.py), with a progress bar and a line per curve point, and say how tuning went."""
+"""What a method trains, one way per kind of trained part (its spec's ``trains``: softeval.methods): nothing, a soft
+prompt, or a LoRA adapter put into the model; each tuned with the one tuning loop (run/tune.py), with a progress bar
+and a line per curve point, and how tuning went said. ``trainer`` gives the run of a method the part it trains."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from softeval.consoles import progress_bar
+from softeval.lm import lora
 from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
 from softeval.lm.softprompt import SoftPrompt, init_record, init_source
+from softeval.methods import ADAPTER, NOTHING, SOFT_PROMPT, MethodSpec, spec_of
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
 from softeval.run.tune import TuneConfig, TuneResult, still_learning, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
-ADVICE = {  # what to try when the held-out format was never reached, per method
-    "soft-prompt": "the soft prompt did not learn the format, so its scores are not format-free; try more --steps, "
-                   "another --lr, --init instruction or --init text:\"<the answer format>\", and where the targets "
-                   f"are worked solutions {spelled(WORKED)} (docs/design.md, defaults by kind of target)",
-    "lora": "the adapter did not learn the format, so its scores are not format-free; try more --steps (or --epochs), "
-            "another --lora-lr, and --answer-share 0.5 where the targets are worked solutions (docs/design.md, "
-            "train-before-test)",
-}
 
 
 # the soft prompt's advice when it already tuned with the defaults for worked solutions: those are not news
@@ -31,16 +31,24 @@ AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are
                     "(docs/design.md, defaults by kind of target)")
 
 
-def not_reached(curve: list[dict], method: str = "soft-prompt", cfg: RunConfig | None = None) -> str:
-    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try
-    (``cfg``: the run's options; a soft prompt that tuned with the worked-solution defaults is not told them)."""
+def not_reached(curve: list[dict], method: str, cfg: RunConfig | None = None) -> str:
+    """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try (the
+    method's spec's ``advice``; ``cfg``: the run's options; a soft prompt that tuned with the worked-solution
+    defaults is not told them)."""
     points = [p for p in curve if p.get("format_rate") is not None]
     if not points:
         return "not measured (no held-out slice: --curve-items 0)"
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
-    recipe = method == "soft-prompt" and cfg is not None and tuned_with_the_recipe(cfg)
+    spec = spec_of(method)
+    recipe = spec.trains == SOFT_PROMPT and cfg is not None and tuned_with_the_recipe(cfg)
     return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}"
-            f"{still_falling(curve)}): " + (AFTER_THE_RECIPE if recipe else ADVICE[method]))
+            f"{still_falling(curve)}): " + (AFTER_THE_RECIPE if recipe else advice(method)))
+
+
+def advice(method: str) -> str:
+    """What to try when ``method``'s tuning never reached the format (its spec's ``advice``, with the defaults for
+    worked solutions where it names them)."""
+    return spec_of(method).advice.format(worked=spelled(WORKED))
 
 
 def tuned_with_the_recipe(cfg: RunConfig) -> bool:
@@ -88,30 +96,85 @@ def lora_settings(cfg: RunConfig) -> LoraSettings:
                         targets=parse_targets(cfg.lora_targets))
 
 
-def tune_soft_prompt(job, partial: Path, identity: dict) -> tuple[SoftPrompt, dict, list[dict]]:
-    """Tune the soft prompt of ``job`` (a pipeline.Job); its tuning summary (results.json ``tuning``), curve."""
-    result = _tune(job, partial, identity, None)
-    summary = result.summary()
-    if init_record(job.config.init) is not None:  # the warm start: source folder, digest, what it was tuned on
-        summary["init_from"] = init_record(job.config.init)
-    return result.soft, summary, result.curve
+@dataclass
+class Trained:
+    """What a method's run scores with and records of its training: the vectors put before each prompt (a soft
+    prompt, on the model's device), results.json's ``tuning`` and the learning curve (None: it trained nothing)."""
+
+    soft: torch.Tensor | None = None
+    tuning: dict | None = None
+    curve: list[dict] | None = None
 
 
-def tune_lora(job, adapter: LoraAdapter, partial: Path, identity: dict) -> tuple[dict, list[dict]]:
-    """Tune ``adapter``, already in the model of ``job``; its tuning summary and curve."""
-    result = _tune(job, partial, identity, adapter)
-    summary = result.summary()
-    for key in ("num_tokens", "init"):  # the soft prompt's settings, which a lora run does not read
-        summary.pop(key, None)
-    summary["lora"] = adapter.settings.record()
-    return summary, result.curve
+class Untrained:
+    """The part of a method that trains nothing."""
+
+    def train(self, job, partial: Path, identity: dict) -> Trained:
+        return Trained()
 
 
-def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
+class SoftPromptPart:
+    """A soft prompt: tuned, or the saved one `softeval eval --soft-prompt` scores (loaded here, before the run's
+    folder is started: a bad one leaves no folder); saved into the run's folder either way."""
+
+    def __init__(self, job, spec: MethodSpec):
+        self.job, self.spec = job, spec
+        cfg = job.config
+        self.loaded = SoftPrompt.load(cfg.soft_prompt, job.lm) if cfg.soft_prompt else None
+
+    def train(self, job, partial: Path, identity: dict) -> Trained:
+        cfg, lm = job.config, job.lm
+        if self.loaded is not None:
+            soft_prompt, tuning, curve = self.loaded, {"loaded_from": str(cfg.soft_prompt)}, None
+        else:
+            result = _tune(job, self.spec, partial, identity, None)
+            soft_prompt, tuning, curve = result.soft, result.summary(), result.curve
+            if init_record(cfg.init) is not None:  # the warm start: source folder, digest, what it was tuned on
+                tuning["init_from"] = init_record(cfg.init)
+        soft_prompt.save(partial / self.spec.folder, lm, tuned_on(cfg))
+        return Trained(soft_prompt.weight.detach().to(lm.device), tuning, curve)
+
+
+class AdapterPart:
+    """A LoRA adapter, put into the model by ``trainer`` for the run, tuned, and saved into the run's folder."""
+
+    def __init__(self, spec: MethodSpec, adapter: LoraAdapter):
+        self.spec, self.adapter = spec, adapter
+
+    def train(self, job, partial: Path, identity: dict) -> Trained:
+        result = _tune(job, self.spec, partial, identity, self.adapter)
+        summary = result.summary()
+        for key in ("num_tokens", "init"):  # the soft prompt's settings, which a lora run does not read
+            summary.pop(key, None)
+        summary["lora"] = self.adapter.settings.record()
+        self.adapter.save(partial / self.spec.folder, self.spec.name, tuned_on(job.config))
+        return Trained(None, summary, result.curve)
+
+
+def tuned_on(cfg: RunConfig) -> dict:
+    """What a saved trained part records of the run that tuned it."""
+    return {"task": cfg.task, "seed": cfg.seed, "series": cfg.series, "step": cfg.step}
+
+
+@contextmanager
+def trainer(job, spec: MethodSpec) -> Iterator[Untrained | SoftPromptPart | AdapterPart]:
+    """The part ``spec``'s run trains (its ``trains``). A LoRA adapter is in the model while the run tunes and
+    scores, and taken out however it ends: the next method, in this process, scores the model as loaded."""
+    if spec.trains == ADAPTER:
+        with lora.attached(job.lm, lora_settings(job.config), job.config.seed) as adapter:
+            yield AdapterPart(spec, adapter)
+    elif spec.trains == SOFT_PROMPT:
+        yield SoftPromptPart(job, spec)
+    else:
+        assert spec.trains == NOTHING, spec.trains
+        yield Untrained()
+
+
+def _tune(job, spec: MethodSpec, partial: Path, identity: dict, part) -> TuneResult:
     cfg, console = job.config, job.console
-    method = "soft-prompt" if part is None else part.method
+    method = spec.name
     tcfg = TuneConfig.of(cfg, method, len(job.train))
-    what = "soft prompt" if part is None else "LoRA adapter"
+    what = spec.trains
     if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
         console.print(f"{job.task.name}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
                       "given, the defaults for worked solutions: docs/design.md)", markup=False, highlight=False)
@@ -130,7 +193,7 @@ def _tune(job, partial: Path, identity: dict, part) -> TuneResult:
 
         result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
                       identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
-                      name=job.spelling, part=part)
+                      name=job.spelling, part=part, method=method)
     if result.stopped_early:
         console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
     if result.early_stop_step is not None:

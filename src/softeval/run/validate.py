@@ -30,7 +30,7 @@ from softeval.lm.softprompt import (
     check_warm_start,
     parse_init,
 )
-from softeval.protocol import METHODS
+from softeval.methods import ADAPTER, known, names, spec_of
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import run_folder_around, write_refusal
 from softeval.tasks.data import file_problem
@@ -89,18 +89,17 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
 
 
 def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
-    """The methods of a run: one or more of protocol.METHODS, each once. Only the library can give them as
-    something else than a list (the command line and a sweep file make one), so that error names
+    """The methods of a run: one or more of the registry's (softeval.methods), each once. Only the library can give
+    them as something else than a list (the command line and a sweep file make one), so that error names
     RunConfig's field."""
     if isinstance(methods, str) or not isinstance(methods, (list, tuple)):
-        example = f"methods=({shown(methods)},)" if methods in METHODS else f"methods={METHODS!r}"
+        example = f"methods=({shown(methods)},)" if known(methods) else f"methods={names()!r}"
         raise UserError(f"RunConfig's methods is a list or tuple of methods, not {type(methods).__name__} "
                         f"{shown(methods)}: e.g. {example}")
     if not methods:
-        raise UserError(f"no method given: use one or more of {', '.join(METHODS)}")
+        raise UserError(f"no method given: use one or more of {', '.join(names())}")
     for method in methods:
-        if method not in METHODS:
-            raise UserError(f"unknown method {shown(method)}: use {', '.join(METHODS)}")
+        spec_of(method)  # an unknown one is refused, naming those there are
     if len(set(methods)) != len(methods):
         raise UserError(f"a method is given twice in {','.join(methods)}")
 
@@ -114,7 +113,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     check_methods(cfg.methods, name)
     for key in OPTIONS:
         check_option(key, getattr(cfg, key), name)
-    if "lora" in cfg.methods:
+    if _training(cfg, ADAPTER):
         check_lora(cfg, name)
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
     if not isinstance(cfg.source, str) or not cfg.source.strip():
@@ -152,15 +151,22 @@ def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
                         f"{','.join(LORA_TARGETS)}) or be {ALL_LINEAR}")
 
 
+def _training(cfg: RunConfig, trains: str) -> list[str]:
+    """The methods of ``cfg`` that train a part of kind ``trains`` (softeval.methods.TRAINS)."""
+    return [m for m in cfg.methods if spec_of(m).trains == trains]
+
+
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
     """Engine arguments only for a backend that reads them (``--engine-arg`` with ``--backend vllm``);
     then the backend's own checks (``backends.Backend.check``; vLLM: a model it can load, vLLM installed
     for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
     else (a sweep's driver) what can be checked away from it."""
     chosen = backends.backend(cfg.backend)
-    if "lora" in cfg.methods and not chosen.lora:
-        raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method lora: its engine does not read "
-                        f"the adapter put into the transformers model; run lora with {name.setting('backend', HF)}")
+    adapted = _training(cfg, ADAPTER)
+    if adapted and not chosen.lora:
+        raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method {adapted[0]}: its engine does not "
+                        f"read the adapter put into the transformers model; run {adapted[0]} with "
+                        f"{name.setting('backend', HF)}")
     if cfg.engine_args and not chosen.takes_args:
         takers = " or ".join(name.setting("backend", n) for n, b in backends.described().items() if b and b.takes_args)
         fix = f"add {takers}, or leave it out" if takers else "leave it out"

@@ -24,16 +24,16 @@ from typing import Any
 
 from softeval.checks import is_number
 from softeval.errors import shown
+from softeval.methods import known, spec_of, specs
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import ADAPTER_WEIGHTS, METHODS, SOURCE_METRICS
+from softeval.protocol import ADAPTER_WEIGHTS, SOURCE_METRICS
 from softeval.store.record import RESULTS_FILE, RunFormatError, check
 
 # In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
 SAMPLES_FILE = "samples.jsonl"
 CURVE_FILE = "curve.jsonl"  # soft-prompt and lora runs: the learning curve
-SOFT_PROMPT_FOLDER = "soft_prompt"  # soft-prompt runs: the tuned prompt (softeval.lm.softprompt's format)
-LORA_FOLDER = "lora_adapter"  # lora runs: the tuned adapter (PEFT's LoRA format: softeval.lm.lora)
-ADAPTER_FOLDERS = {"soft-prompt": SOFT_PROMPT_FOLDER, "lora": LORA_FOLDER}  # what a finished run of each holds
+# A tuned method's run also holds what it trained, in its spec's folder (methods.MethodSpec.folder: protocol's
+# SOFT_PROMPT_FOLDER, the tuned prompt in softeval.lm.softprompt's format, or LORA_FOLDER, PEFT's LoRA format).
 CONFIG_FILE = "config.json"  # the run's options, written when its partial folder is started
 
 # Only in a partial folder: the resume state, which a finished run deletes.
@@ -234,7 +234,7 @@ def verify_run(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
         if key in results and not _same(results[key], expected):
             which = _first_difference(results[key], expected, key)
             raise RunFormatError(f"{RESULTS_FILE} {which}, not what its {SAMPLES_FILE} gives (edited?): {DAMAGED}")
-    folder = ADAPTER_FOLDERS.get(results["method"])
+    folder = spec_of(results["method"]).folder
     if folder is not None and not (Path(run_dir) / folder / ADAPTER_WEIGHTS).is_file():
         raise RunFormatError(f"a {results['method']} run without its adapter ({folder}/{ADAPTER_WEIGHTS} is "
                              f"missing): {DAMAGED}")
@@ -323,8 +323,9 @@ def check_run(out_root: Path, run_dir: Path, keep_samples: bool = False) -> Run:
         if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
             raise RunFormatError(f"{RESULTS_FILE} says {key}={shown(results[key])} but the folder says "
                                  f"{shown(expected)}")
-    if results["method"] not in METHODS:
-        raise RunFormatError(f"unknown method {shown(results['method'])}")
+    if not known(results["method"]):
+        raise RunFormatError(f"unknown method {shown(results['method'])} (no method of that name is registered here: "
+                             "softeval.methods)")
     samples = verify_run(run_dir, results)
     return Run(path=run_dir, rel=_relative(out_root, run_dir), results=results,
                samples=samples if keep_samples else None)
@@ -381,3 +382,8 @@ def _relative(out_root: Path, run_dir: Path) -> str:
         return Path(run_dir).resolve().relative_to(Path(out_root).resolve()).as_posix()
     except ValueError:
         return Path(run_dir).resolve().as_posix()
+
+
+def trained_folders() -> tuple[str, ...]:
+    """The folders a finished run may keep what its method trained in (every registered spec's ``folder``)."""
+    return tuple(dict.fromkeys(s.folder for s in specs() if s.folder is not None))

@@ -4,7 +4,7 @@ analysis asks it whether two runs of different methods share everything but thei
 
 from __future__ import annotations
 
-from softeval.protocol import TUNED_METHODS
+from softeval.methods import ANSWER_LINE, SOFT_PROMPT_OPTIONS, TUNE_DTYPE_RESOLVED, TUNING_OPTIONS, known, spec_of
 
 # The run's identity is every option it was run with (results.json "config") except these, which
 # provably cannot change a number in its files; anything else, including options added later, is
@@ -20,26 +20,13 @@ NOT_IDENTITY = (
     "include_path",  # where lm-eval YAMLs lie; what the task's says is its config digest (config.LM_EVAL)
 )
 # Options only some methods read are not part of another method's identity (new tuning settings leave a finished
-# zero-shot run finished). Every method reads tokens (the prompt budget beside the soft prompt) and eval_batch_size;
-# seed, batch_size and curve_items pick the held-out tuning items, hence the tuning pool and the shots, which a
-# zero-shot run does not read (tests/run/test_zero_shot_reads.py). TUNE_DTYPE_RESOLVED: --tune-dtype as the
-# machine running the run resolves it (a run recorded before it: tuning.tune_dtype_ran); a check away from that
-# machine (a remote sweep's driver) leaves it out, and the worker compares it.
-TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
+# zero-shot run finished): each method's spec says which it reads (softeval.methods: METHOD_OPTIONS, MethodSpec.reads).
+# TUNE_DTYPE_RESOLVED: --tune-dtype as the machine running the run resolves it (a run recorded before it:
+# tuning.tune_dtype_ran); a check away from that machine (a remote sweep's driver) leaves it out, and the worker
+# compares it.
 MACHINE_RESOLVED = (TUNE_DTYPE_RESOLVED,)
-# What the answer line that --answer-share weighs holds (lm.tuning_loss.ANSWER_LINE_REVISION), recorded beside the
-# share from 2 on: a weighted run recorded without it weighed answer line 1.
-ANSWER_LINE = "answer_line"
-TUNING = ("steps", "epochs", "lr_schedule", "answer_share", ANSWER_LINE, "curve_every", "length_group", "early_stop",
-          "tune_dtype", TUNE_DTYPE_RESOLVED)
-SOFT_PROMPT_TUNING = ("lr", "init")
-READ_ONLY_BY = {
-    **dict.fromkeys(TUNING, TUNED_METHODS),
-    **dict.fromkeys((*SOFT_PROMPT_TUNING, "soft_prompt", "soft_prompt_sha256"), ("soft-prompt",)),
-    **dict.fromkeys(("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"), ("lora",)),
-    "shots": ("few-shot",),
-    **dict.fromkeys(("seed", "batch_size", "curve_items"), ("few-shot", *TUNED_METHODS)),
-}
+# ANSWER_LINE: what the answer line that --answer-share weighs holds (lm.tuning_loss.ANSWER_LINE_REVISION), recorded
+# beside the share from 2 on: a weighted run recorded without it weighed answer line 1.
 NOT_RECORDED = "not recorded"
 
 
@@ -67,22 +54,23 @@ def fingerprinted(options: dict) -> bool:
 
 def identity_of(options: dict, by_fingerprint: bool | None = None) -> dict:
     """The part of a run's options that defines it: all but NOT_IDENTITY and the options its method
-    does not read (READ_ONLY_BY; a record without a method keeps them all; a saved soft prompt scored again reads
-    no tuning option: what it scores is its digest). The model is its
-    fingerprint (FINGERPRINT) and not its path when ``by_fingerprint`` (default: when ``options``
+    does not read (its spec's ``reads``: softeval.methods; a record without a method, or of a method not registered
+    here, keeps them all; a saved soft prompt scored again reads no tuning option: what it scores is its digest).
+    The model is its fingerprint (FINGERPRINT) and not its path when ``by_fingerprint`` (default: when ``options``
     carry one), else its path; identity_diff decides it for two records."""
     if by_fingerprint is None:
         by_fingerprint = fingerprinted(options)
     method = options.get("method")
     left_out = {"model" if by_fingerprint else FINGERPRINT, *NOT_IDENTITY}
     if options.get("soft_prompt"):  # it scores a saved soft prompt (`softeval eval`): it tunes nothing
-        left_out.update(TUNING, SOFT_PROMPT_TUNING)
+        left_out.update(TUNING_OPTIONS, SOFT_PROMPT_OPTIONS)
     return {k: v for k, v in options.items() if k not in left_out and (method is None or reads(method, k))}
 
 
 def reads(method: str, option: str) -> bool:
-    """Whether a run of ``method`` reads ``option`` (READ_ONLY_BY): a zero-shot run reads no seed."""
-    return method in READ_ONLY_BY.get(option, (method,))
+    """Whether a run of ``method`` reads ``option`` (its spec's ``reads``): a zero-shot run reads no seed. A method not
+    registered here reads every option (nothing of its identity is dropped)."""
+    return not known(method) or spec_of(method).reads_option(option)
 
 
 def identity_diff(old: dict, new: dict) -> list[str]:
@@ -128,6 +116,6 @@ def setting_diff(a: dict, b: dict) -> list[str]:
 
     def shared(options: dict) -> dict:
         return {k: v for k, v in options.items() if k != "method" and k not in PAIRING_NEUTRAL
-                and all(m is None or m in READ_ONLY_BY.get(k, (m,)) for m in methods)}
+                and all(m is None or reads(m, k) for m in methods)}
 
     return identity_diff(shared(a), shared(b))

@@ -29,12 +29,12 @@ from softeval.store.format import (
     INDEX_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
-    SOFT_PROMPT_FOLDER,
     Run,
     RunFormatError,
     ScanReport,
     check_run,
     scan,
+    trained_folders,
     write_refusal,
 )
 from softeval.store.record import RESULTS_FORMAT_VERSION
@@ -330,16 +330,17 @@ def _unbuilt(out_root: Path) -> bool:
 
 def _stamp(run_dir: Path) -> str | None:
     """Size and mtime of the two files a run's numbers come from (None when one is missing), and of a
-    soft-prompt run's adapter ('-' when there is none: a deleted one makes the run checked again)."""
+    tuned run's trained part (each of format.trained_folders: '-' where there is none, so a deleted one makes the run
+    checked again)."""
     try:
         parts = [os.stat(Path(run_dir) / name) for name in (RESULTS_FILE, SAMPLES_FILE)]
     except OSError:
         return None
-    adapter = Path(run_dir) / SOFT_PROMPT_FOLDER / ADAPTER_WEIGHTS
-    try:
-        parts.append(os.stat(adapter))
-    except OSError:
-        parts.append(None)
+    for folder in trained_folders():
+        try:
+            parts.append(os.stat(Path(run_dir) / folder / ADAPTER_WEIGHTS))
+        except OSError:
+            parts.append(None)
     return ";".join("-" if st is None else f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
 
 
