@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -38,15 +40,30 @@ from softeval.lm.skinny import skinny_linears
 from softeval.lm.softprompt import layout_inputs
 
 
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How ``generate`` generates, besides what it reads and what it gives back: where an output ends (at most
+    ``max_new_tokens``, the first of ``stop``, EOS, or where ``answer_end`` finds its answer complete) and how the
+    prompts are batched. ``batch_size`` 0 or "auto": fit memory, at most ``max_batch_size``; ``max_padding``: see
+    ``length_batches``; ``prefix_cache``: None caches the shared prefix when it is at least
+    ``kv_cache.MIN_PREFIX`` long, True whenever there is one, False never."""
+
+    max_new_tokens: int = 32
+    stop: Sequence[str] = ()
+    answer_end: AnswerEnd = None
+    batch_size: int | str = 8
+    max_batch_size: int | None = None
+    max_padding: float | None = None
+    prefix_cache: bool | None = None
+
+
 @torch.no_grad()
 def generate(lm: LoadedModel, seqs: Sequence[list[int]], *, soft: torch.Tensor | None = None,
-             max_new_tokens: int = 32, stop: Sequence[str] = (), batch_size: int | str = 8,
-             progress: Progress = None, prefix_cache: bool | None = None, max_batch_size: int | None = None,
-             first_ids: Sequence[list[int]] | None = None,
-             targets: Sequence[list[int]] | None = None, max_padding: float | None = None,
-             answer_end: AnswerEnd = None) -> Generation:
+             progress: Progress = None, first_ids: Sequence[list[int]] | None = None,
+             targets: Sequence[list[int]] | None = None, **settings) -> Generation:
     """Greedy continuation of each sequence, cut at the first stop string or EOS (``Generation``), or
-    where ``answer_end`` finds its answer complete (``finish``).
+    where ``answer_end`` finds its answer complete (``finish``). ``settings``: the fields of
+    ``GenerationSettings``, by name (``max_new_tokens=16, stop=task.stop, batch_size="auto"``).
 
     ``targets``: also the summed negative log-likelihood of each sequence's target continuation
     (``Generation.target_nll``), read from the generation's own prefill (its cache and first-token
@@ -55,44 +72,42 @@ def generate(lm: LoadedModel, seqs: Sequence[list[int]], *, soft: torch.Tensor |
 
     ``first_ids``: per sequence, the tokens whose log-probabilities as the first generated token
     ``Generation.first_logprobs`` keeps (the letters of a multiple-choice item), read off the
-    generation's own first forward pass instead of a second one (``VllmEngine.generate`` takes the same).
-
-    ``prefix_cache``: None (default) caches the shared prefix when it is at least ``kv_cache.MIN_PREFIX``
-    long, True whenever there is one, False never. ``batch_size`` 0 or "auto": fit memory, at most
-    ``max_batch_size``; ``max_padding``: see ``length_batches``."""
-    outputs: list[str] = [""] * len(seqs)
-    limited = [False] * len(seqs)
+    generation's own first forward pass instead of a second one (``VllmEngine.generate`` takes the same)."""
+    config = GenerationSettings(**settings)
+    texts, limited = [""] * len(seqs), [False] * len(seqs)
     target_nll = None if targets is None else [0.0] * len(seqs)
     firsts = None if first_ids is None else [[] for _ in seqs]
     if not seqs:
-        return Generation(outputs, limited, target_nll, firsts)
-
-    def on_first(batch: list[int], logp: torch.Tensor) -> None:
-        for slot, i in enumerate(batch):
-            firsts[i] = [float(logp[slot, t]) for t in first_ids[i]]
-
+        return Generation(texts, limited, target_nll, firsts)
     n_soft = 0 if soft is None else soft.shape[0]
     if targets is not None and not grouped_usable(lm, seqs, [[t] for t in targets], n_soft):
         # a sliding-window model whose window the pads before the targets could overrun: a pass of its own
         target_nll = [-row[0] for row in option_logprobs(lm, seqs, [[t] for t in targets], soft=soft,
-                                                           batch_size=batch_size)]
+                                                           batch_size=config.batch_size)]
         targets = None
-    prefix = plan_prefix(lm, seqs, soft, prefix_cache)
-    size = resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size,
-                              new_tokens=max_new_tokens)
+    prefix = plan_prefix(lm, seqs, soft, config.prefix_cache)
+    size = resolve_batch_size(lm, config.batch_size, max(len(s) for s in seqs) + n_soft, config.max_batch_size,
+                              new_tokens=config.max_new_tokens)
     with skinny_linears(lm.model):  # decoding steps multiply few rows: W @ x^T on CPU (softeval.lm.skinny)
-        for batch in length_batches([len(s) for s in seqs], size, max_padding):
-            first = (lambda logp, b=batch: on_first(b, logp)) if firsts is not None else None
-            part = _generate_batch(lm, [seqs[i] for i in batch], soft, max_new_tokens, stop, prefix, first,
-                                   [targets[i] for i in batch] if targets is not None else None, answer_end)
+        for batch in length_batches([len(s) for s in seqs], size, config.max_padding):
+            first = None if firsts is None else partial(_keep_first, firsts, first_ids, batch)
+            part = _generate_batch(lm, [seqs[i] for i in batch], soft, config, prefix, first,
+                                   [targets[i] for i in batch] if targets is not None else None)
             for i, text, cut in zip(batch, part.texts, part.hit_limit):
-                outputs[i], limited[i] = text, cut
-            if targets is not None:
-                for i, value in zip(batch, part.target_nll):
-                    target_nll[i] = value
+                texts[i], limited[i] = text, cut
+            for i, value in zip(batch, part.target_nll or ()):  # with targets
+                target_nll[i] = value
             if progress:
                 progress(len(batch))
-    return Generation(outputs, limited, target_nll, firsts)
+    return Generation(texts, limited, target_nll, firsts)
+
+
+def _keep_first(firsts: list[list[float]], first_ids: Sequence[list[int]], batch: list[int],
+                logp: torch.Tensor) -> None:
+    """Into ``firsts``, each row's log-probabilities (``logp``: the batch's first generated token's) of its
+    ``first_ids``; ``batch``: the rows' places among the caller's sequences."""
+    for slot, i in enumerate(batch):
+        firsts[i] = [float(logp[slot, t]) for t in first_ids[i]]
 
 
 def _stop_window(lm: LoadedModel, stop: Sequence[str]) -> int:
@@ -101,59 +116,84 @@ def _stop_window(lm: LoadedModel, stop: Sequence[str]) -> int:
     return max((len(s) for s in stop), default=0) + 4
 
 
-def _generate_batch(lm: LoadedModel, seqs, soft, max_new_tokens, stop, prefix: SharedPrefix | None = None,
-                    on_first=None, targets=None, answer_end: AnswerEnd = None) -> Generation:
+def _generate_batch(lm: LoadedModel, seqs, soft, config: GenerationSettings, prefix: SharedPrefix | None = None,
+                    on_first=None, targets=None) -> Generation:
     """The ``Generation`` of one batch (with ``targets``, each row's target negative log-likelihood
     from ``_targets_nll``)."""
     inputs = batch_inputs(lm, seqs, soft, prefix)
     cache = inputs.pop("cache", None)  # a shared prefix's cache, or None: the model makes its own
     mask, positions = inputs["attention_mask"], inputs["position_ids"]
     device = mask.device
-    eos = set(lm.eos_ids or ())
-    stop = tuple(stop) + end_markers(lm)  # an end marker written out in plain tokens ends the answer too
-    window = _stop_window(lm, stop)
-    decode = lm.tokenizer.decode
-    tokens: list[list[int]] = [[] for _ in seqs]
-    live = list(range(len(seqs)))  # rows still generating, in cache order
-    ended: set[int] = set()  # rows ended by EOS or a stop string
+    rows = _Rows(lm, len(seqs), config)
     logits, out = forward_last(lm, inputs, 1, use_cache=True, cache=cache)
     if on_first is not None:
         on_first(torch.log_softmax(logits[:, -1].float(), dim=-1))
     nll = None if targets is None else _targets_nll(lm, logits, output_cache(out), mask, targets)
     cache = to_growing(output_cache(out))
     next_pos = positions[:, -1:] + 1
-    for _ in range(max_new_tokens):
+    for _ in range(config.max_new_tokens):
         chosen = logits[:, -1].argmax(-1)
-        keep = []
-        for slot, (row, token) in enumerate(zip(live, chosen.tolist())):
-            if token in eos:
-                ended.add(row)
-                continue
-            tokens[row].append(token)
-            if stop:
-                tail = decode(tokens[row][-window:], skip_special_tokens=False)
-                if any(s in tail for s in stop):
-                    ended.add(row)
-                    continue
-            if answer_end is not None and answer_end(decode(tokens[row], skip_special_tokens=False)) is not None:
-                ended.add(row)
-                continue
-            keep.append(slot)
-        if not keep or len(tokens[live[keep[0]]]) >= max_new_tokens:
+        keep = rows.add(chosen.tolist())
+        if not keep or len(rows.tokens[rows.live[keep[0]]]) >= config.max_new_tokens:
             break
-        if len(keep) < len(live):  # drop finished rows from the batch and the cache
+        if len(keep) < len(rows.live):  # drop finished rows from the batch and the cache
             index = torch.tensor(keep, device=device)
             cache.batch_select_indices(index)
             mask, next_pos, chosen = mask[index], next_pos[index], chosen[index]
-            live = [live[k] for k in keep]
-        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+            rows.live = [rows.live[k] for k in keep]
+        mask = torch.cat([mask, mask.new_ones((len(rows.live), 1))], dim=1)
         logits, out = forward_last(
             lm, {"input_ids": chosen[:, None], "attention_mask": mask, "position_ids": next_pos}, 1,
             cache=cache, use_cache=True)
         cache = output_cache(out)
         next_pos = next_pos + 1
-    return Generation([finish(decode(t, skip_special_tokens=False), stop, answer_end)[0] for t in tokens],
-                      [row not in ended and max_new_tokens > 0 for row in range(len(seqs))], nll)
+    return rows.generation(config.max_new_tokens, nll)
+
+
+class _Rows:
+    """The tokens each row of a batch has generated, the rows still generating (``live``, in cache order) and
+    those ended by EOS, a stop string (``settings.stop`` and the model's end markers) or a complete answer."""
+
+    def __init__(self, lm: LoadedModel, n: int, settings: GenerationSettings) -> None:
+        self.eos = set(lm.eos_ids or ())
+        # an end marker written out in plain tokens ends the answer too
+        self.stop = tuple(settings.stop) + end_markers(lm)
+        self.window = _stop_window(lm, self.stop)
+        self.answer_end = settings.answer_end
+        self.decode = lm.tokenizer.decode
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.live = list(range(n))
+        self.ended: set[int] = set()
+
+    def add(self, chosen: list[int]) -> list[int]:
+        """Each live row's next token (``chosen``, in cache order) added; the slots of the rows it did not end."""
+        return [slot for slot, (row, token) in enumerate(zip(self.live, chosen)) if not self._ends(row, token)]
+
+    def _ends(self, row: int, token: int) -> bool:
+        """Whether ``token`` ends ``row``: EOS (not kept), or a stop string or a complete answer it writes."""
+        if token not in self.eos:
+            self.tokens[row].append(token)
+            if not (self._stopped(self.tokens[row]) or self._complete(self.tokens[row])):
+                return False
+        self.ended.add(row)
+        return True
+
+    def _stopped(self, tokens: list[int]) -> bool:
+        if not self.stop:
+            return False
+        tail = self.decode(tokens[-self.window:], skip_special_tokens=False)
+        return any(s in tail for s in self.stop)
+
+    def _complete(self, tokens: list[int]) -> bool:
+        if self.answer_end is None:
+            return False
+        return self.answer_end(self.decode(tokens, skip_special_tokens=False)) is not None
+
+    def generation(self, max_new_tokens: int, nll: list[float] | None) -> Generation:
+        """The batch's ``Generation``: each row's text cut as every engine cuts it (``finish``)."""
+        return Generation([finish(self.decode(t, skip_special_tokens=False), self.stop, self.answer_end)[0]
+                           for t in self.tokens],
+                          [row not in self.ended and max_new_tokens > 0 for row in range(len(self.tokens))], nll)
 
 
 def _targets_nll(lm: LoadedModel, logits: torch.Tensor, cache, mask: torch.Tensor, targets) -> list[float]:

@@ -37,36 +37,51 @@ def option_logprobs(lm: LoadedModel, contexts: Sequence[list[int]], options: Seq
                     prefix_cache: bool | None = None, max_batch_size: int | None = None) -> list[list[float]]:
     """Summed log-probability of each option continuation after its context.
 
-    Single-token options (MMLU letters) need one forward pass per item; longer options are scored
-    as context+option sequences. The prefix shared by all contexts is computed once (see
-    ``generation.generate`` for ``prefix_cache`` and ``batch_size``).
+    Single-token options (MMLU letters) need one forward pass per item; longer options run after each
+    context's cache (``grouped_option_logprobs``) or, where that layout cannot be used, as context+option
+    sequences. The prefix shared by all contexts is computed once (see ``generation.GenerationSettings`` for
+    ``prefix_cache`` and ``batch_size``).
     """
-    scores: list[list[float]] = [[] for _ in contexts]
     if not contexts:
-        return scores
-    single = all(len(o) == 1 for opts in options for o in opts)
+        return []
     n_soft = 0 if soft is None else soft.shape[0]
-    if single:
+    if all(len(o) == 1 for opts in options for o in opts):
         prefix = plan_prefix(lm, contexts, soft, prefix_cache)
         size = resolve_batch_size(lm, batch_size, max(len(c) for c in contexts) + n_soft, max_batch_size)
-        for batch in length_batches([len(c) for c in contexts], size):
-            logits, _ = forward_last(lm, batch_inputs(lm, [contexts[i] for i in batch], soft, prefix), 1)
-            logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
-            for slot, i in enumerate(batch):
-                scores[i] = [float(logp[slot, o[0]]) for o in options[i]]
-            if progress:
-                progress(len(batch))
-        return scores
+        return _first_token_logprobs(lm, contexts, options, soft, prefix, size, progress)
     if prefix_cache is not False and grouped_usable(lm, contexts, options, n_soft):
         return grouped_option_logprobs(lm, contexts, options, soft=soft, batch_size=batch_size, progress=progress,
                                        prefix_cache=prefix_cache, max_batch_size=max_batch_size)
+    return _sequence_logprobs(lm, contexts, options, soft, batch_size=batch_size, progress=progress,
+                              prefix_cache=prefix_cache, max_batch_size=max_batch_size)
+
+
+def _first_token_logprobs(lm: LoadedModel, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]],
+                          soft: torch.Tensor | None, prefix: SharedPrefix | None, size: int,
+                          progress: Progress) -> list[list[float]]:
+    """Single-token options: each item's from its context's last logits, in length batches of ``size``."""
+    scores: list[list[float]] = [[] for _ in contexts]
+    for batch in length_batches([len(c) for c in contexts], size):
+        logits, _ = forward_last(lm, batch_inputs(lm, [contexts[i] for i in batch], soft, prefix), 1)
+        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        for slot, i in enumerate(batch):
+            scores[i] = [float(logp[slot, o[0]]) for o in options[i]]
+        if progress:
+            progress(len(batch))
+    return scores
+
+
+def _sequence_logprobs(lm: LoadedModel, contexts: Sequence[list[int]], options: Sequence[Sequence[list[int]]],
+                       soft: torch.Tensor | None, *, batch_size: int | str, progress: Progress,
+                       prefix_cache: bool | None, max_batch_size: int | None) -> list[list[float]]:
+    """Each option as a context+option sequence of its own (``continuation_logprobs``)."""
     pairs = [(i, j) for i in range(len(contexts)) for j in range(len(options[i]))]
-    for i in range(len(contexts)):
-        scores[i] = [0.0] * len(options[i])
+    scores = [[0.0] * len(options[i]) for i in range(len(contexts))]
     seqs = [contexts[i] + list(options[i][j]) for i, j in pairs]
     conts_all = [list(options[i][j]) for i, j in pairs]
     prefix = plan_prefix(lm, seqs, soft, prefix_cache, reserve=[len(c) + 1 for c in conts_all])
     keep_max = max(len(c) for c in conts_all) + 1
+    n_soft = 0 if soft is None else soft.shape[0]
     size = resolve_batch_size(lm, batch_size, max(len(s) for s in seqs) + n_soft, max_batch_size, keep=keep_max)
     for batch in length_batches([len(s) for s in seqs], size):
         values = continuation_logprobs(lm, [seqs[k] for k in batch], [conts_all[k] for k in batch], soft,
@@ -115,7 +130,7 @@ def grouped_option_logprobs(lm: LoadedModel, contexts: Sequence[list[int]],
     were a third of the time and most of the phase's peak memory."""
     scores = [[0.0] * len(opts) for opts in options]
     n_soft = 0 if soft is None else soft.shape[0]
-    block_options = block_options_usable(lm)
+    per_row = _block_option_logprobs if block_options_usable(lm) else _row_option_logprobs
     heads = [list(c[:-1]) for c in contexts]
     prefix = plan_prefix(lm, heads, soft, prefix_cache) if all(heads) else None
     widths = [max(1, len(opts)) for opts in options]
@@ -125,40 +140,42 @@ def grouped_option_logprobs(lm: LoadedModel, contexts: Sequence[list[int]],
     for items in item_batches([len(c) for c in contexts], widths, max(size, max(widths))):
         inputs = batch_inputs(lm, [heads[i] for i in items], soft, prefix)
         _, out = forward_last(lm, inputs, 1, use_cache=True)
-        mask = inputs["attention_mask"]
-        pairs = [(b, j) for b, i in enumerate(items) for j in range(len(options[i]))]
-        if not pairs:
+        if not any(len(options[i]) for i in items):
             continue
-        cache = output_cache(out)
-        if block_options:
-            rows = [[[contexts[i][-1], *o] for o in options[i]] for i in items]
-            for i, values in zip(items, _block_option_logprobs(lm, cache, mask, rows)):
-                scores[i] = values
-            if progress:
-                progress(len(items))
-            continue
-        suffixes = [[contexts[items[b]][-1], *options[items[b]][j]] for b, j in pairs]
-        groups = padding_groups([len(x) for x in suffixes])
-        for g, rows in enumerate(groups):
-            # Option rows of similar length together (MMLU options run from 1 to 50+ tokens): each group
-            # pads only to its own longest row; each gets its items' context cache rows.
-            part = cache if g == len(groups) - 1 else copy.deepcopy(cache)
-            index = torch.tensor([pairs[r][0] for r in rows], device=mask.device)
-            part.batch_select_indices(index)
-            width = max(len(suffixes[r]) for r in rows)
-            logits, _ = forward_last(lm, layout_inputs(lm, [suffixes[r] for r in rows], past_mask=mask[index]),
-                                     width, cache=part)
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            for slot, r in enumerate(rows):
-                b, j = pairs[r]
-                cont = list(options[items[b]][j])
-                if cont:
-                    span = logp[slot, width - 1 - len(cont):]
-                    picked = span.gather(-1, torch.tensor(cont, device=span.device)[:, None])
-                    scores[items[b]][j] = float(picked.sum())
+        suffixes = [[[contexts[i][-1], *o] for o in options[i]] for i in items]
+        for i, values in zip(items, per_row(lm, output_cache(out), inputs["attention_mask"], suffixes)):
+            scores[i] = values
         if progress:
             progress(len(items))
     return scores
+
+
+def _row_option_logprobs(lm: LoadedModel, cache, past_mask: torch.Tensor,
+                         suffixes: Sequence[Sequence[list[int]]]) -> list[list[float]]:
+    """``_block_option_logprobs`` with one row per option: each option after a copy of its item's cache rows.
+
+    Option rows of similar length run together (MMLU options run from 1 to 50+ tokens): each group pads only to
+    its own longest row; each gets its items' context cache rows."""
+    pairs = [(b, j) for b, segs in enumerate(suffixes) for j in range(len(segs))]
+    flat = [suffixes[b][j] for b, j in pairs]
+    out = [[0.0] * len(segs) for segs in suffixes]
+    groups = padding_groups([len(x) for x in flat])
+    for g, rows in enumerate(groups):
+        part = cache if g == len(groups) - 1 else copy.deepcopy(cache)
+        index = torch.tensor([pairs[r][0] for r in rows], device=past_mask.device)
+        part.batch_select_indices(index)
+        width = max(len(flat[r]) for r in rows)
+        logits, _ = forward_last(lm, layout_inputs(lm, [flat[r] for r in rows], past_mask=past_mask[index]),
+                                 width, cache=part)
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        for slot, r in enumerate(rows):
+            b, j = pairs[r]
+            cont = list(flat[r][1:])
+            if cont:
+                span = logp[slot, width - 1 - len(cont):]
+                picked = span.gather(-1, torch.tensor(cont, device=span.device)[:, None])
+                out[b][j] = float(picked.sum())
+    return out
 
 
 def _block_option_logprobs(lm: LoadedModel, cache, past_mask: torch.Tensor,
