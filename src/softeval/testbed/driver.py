@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,11 @@ from softeval.store.format import REPORT_FILE, TESTBED_FILE, TESTBED_FOLDER
 from softeval.sweep.driver import run_sweep
 from softeval.sweep.file import load_sweep
 from softeval.testbed.build import build_base, build_post, model_name, write_task
+from softeval.testbed.recipes import Recipe
 from softeval.testbed.recipes import recipes as recipe_list
 from softeval.testbed.summary import print_summary, summarize, world_scores
 from softeval.testbed.sweepfile import write_sweep
-from softeval.testbed.world import make_world
+from softeval.testbed.world import World, make_world
 
 SETTINGS_FILE = "settings.json"  # in the testbed folder: what the models and runs there were made with
 
@@ -58,51 +60,14 @@ def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: i
 
 
 def _run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None) -> dict:
-    folder = out / TESTBED_FOLDER
-    _claim(folder, settings)
-    recipes = recipe_list(settings.quick, settings.exposure_scale)
-    worlds = [make_world(s, n_people=settings.people) for s in settings.world_seeds]
-    timing = {"pre_training_s": 0.0, "post_training_s": 0.0, "comparison_s": 0.0}
+    _claim(out / TESTBED_FOLDER, settings)
+    bed = _Testbed(out, settings, console, max_parallel)
     started = time.perf_counter()
-    base_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r) for w in worlds for r in recipes}
-    post_dirs = {(w.seed, r.name): folder / f"w{w.seed}" / model_name(w, r, post=True) for w in worlds for r in recipes}
-    notes: dict[int, dict[str, dict]] = {w.seed: {} for w in worlds}
-    for w in worlds:  # world by world, so that a world's comparison is finished before the next one starts
-        task = write_task(w, folder / f"w{w.seed}")
-        clock = time.perf_counter()
-        with progress_bar(console) as bar:
-            for phase, dirs in (("pre-training", base_dirs), ("post-training", post_dirs)):
-                overall = bar.add_task(f"world {w.seed}: {phase}", total=len(recipes))
-                for r in recipes:
-                    step = bar.add_task(f"  {dirs[w.seed, r.name].name}", total=None)
-
-                    def on_step(n: int, total: int, step=step) -> None:
-                        bar.update(step, completed=n, total=total)
-
-                    if phase == "pre-training":
-                        notes[w.seed][r.name] = build_base(w, r, base_dirs[w.seed, r.name], w.seed, on_step)
-                    else:
-                        build_post(w, r, base_dirs[w.seed, r.name], post_dirs[w.seed, r.name], w.seed, on_step)
-                    bar.update(step, visible=False)
-                    bar.advance(overall)
-                key = "pre_training_s" if phase == "pre-training" else "post_training_s"
-                timing[key] += time.perf_counter() - clock
-                clock = time.perf_counter()
-        console.print(f"world {w.seed}: the comparison, through softeval's sweep", markup=False, highlight=False)
-        pairs = [(base_dirs[w.seed, r.name], post_dirs[w.seed, r.name]) for r in recipes]
-        result = run_sweep(load_sweep(write_sweep(out, w.seed, task, pairs, {"steps": settings.steps})),
-                           max_parallel=max_parallel, console=console)
-        timing["comparison_s"] += time.perf_counter() - clock
-        if result.failed:
-            raise UserError(f"testbed: {len(result.failed)} run(s) of world seed {w.seed} failed (the sweep table "
-                            f"above names them; logs in {out}/.sweep/logs): fix the cause and run again")
-    runs = load_runs(out, keep_samples=True)[0]
-    scored = [world_scores(runs, w.seed, recipes, {r.name: (base_dirs[w.seed, r.name].name,
-                                                            post_dirs[w.seed, r.name].name) for r in recipes},
-                           notes[w.seed]) for w in worlds]
-    timing = {k: round(v, 1) for k, v in timing.items()} | {"total_s": round(time.perf_counter() - started, 1)}
-    summary = summarize(scored, recipes, notes, {w.seed: w.chance() for w in worlds}, settings.to_json(),
-                        settings.n_boot, timing)
+    for w in bed.worlds:  # world by world, so that a world's comparison is finished before the next one starts
+        task = write_task(w, bed.folder / f"w{w.seed}")
+        bed.train(w)
+        bed.compare(w, task)
+    summary = bed.summary(started)
     path = out / TESTBED_FILE
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
@@ -115,6 +80,77 @@ def _run_testbed(out: Path, settings: Settings, console: Console, max_parallel: 
     print_summary(table_console(), summary, path)
     console.print(f"report with the testbed section: {report}", markup=False, highlight=False, soft_wrap=True)
     return summary
+
+
+class _Testbed:
+    """The phases of one testbed: its worlds, each recipe's base and post-trained model folders in each world
+    (``base_dirs``, ``post_dirs``, by (world seed, recipe name)), what pre-training noted of each (``notes``)
+    and the seconds each phase took (``timing``)."""
+
+    def __init__(self, out: Path, settings: Settings, console: Console, max_parallel: int | None) -> None:
+        self.out, self.folder, self.settings = out, out / TESTBED_FOLDER, settings
+        self.console, self.max_parallel = console, max_parallel
+        self.recipes = recipe_list(settings.quick, settings.exposure_scale)
+        self.worlds = [make_world(s, n_people=settings.people) for s in settings.world_seeds]
+        self.timing = {"pre_training_s": 0.0, "post_training_s": 0.0, "comparison_s": 0.0}
+        self.base_dirs = {(w.seed, r.name): self.folder / f"w{w.seed}" / model_name(w, r)
+                          for w in self.worlds for r in self.recipes}
+        self.post_dirs = {(w.seed, r.name): self.folder / f"w{w.seed}" / model_name(w, r, post=True)
+                          for w in self.worlds for r in self.recipes}
+        self.notes: dict[int, dict[str, dict]] = {w.seed: {} for w in self.worlds}
+
+    def train(self, w: World) -> None:
+        """World ``w``'s models: each recipe's pre-training, then its post-training, a bar for each model."""
+        clock = time.perf_counter()
+        with progress_bar(self.console) as bar:
+            for phase, dirs in (("pre-training", self.base_dirs), ("post-training", self.post_dirs)):
+                overall = bar.add_task(f"world {w.seed}: {phase}", total=len(self.recipes))
+                for r in self.recipes:
+                    step = bar.add_task(f"  {dirs[w.seed, r.name].name}", total=None)
+
+                    def on_step(n: int, total: int, step=step) -> None:
+                        bar.update(step, completed=n, total=total)
+
+                    self._build(phase, w, r, on_step)
+                    bar.update(step, visible=False)
+                    bar.advance(overall)
+                key = "pre_training_s" if phase == "pre-training" else "post_training_s"
+                self.timing[key] += time.perf_counter() - clock
+                clock = time.perf_counter()
+
+    def _build(self, phase: str, w: World, r: Recipe, on_step: Callable[[int, int], None]) -> None:
+        """Recipe ``r``'s model of world ``w`` in ``phase``: its base model (pre-training; what it noted kept in
+        ``notes``) or its post-trained one."""
+        base, post = self.base_dirs[w.seed, r.name], self.post_dirs[w.seed, r.name]
+        if phase == "pre-training":
+            self.notes[w.seed][r.name] = build_base(w, r, base, w.seed, on_step)
+        else:
+            build_post(w, r, base, post, w.seed, on_step)
+
+    def compare(self, w: World, task: Path) -> None:
+        """World ``w``'s comparison: a sweep of every recipe's base/post-trained pair on its task (``task``)."""
+        clock = time.perf_counter()
+        self.console.print(f"world {w.seed}: the comparison, through softeval's sweep", markup=False,
+                           highlight=False)
+        pairs = [(self.base_dirs[w.seed, r.name], self.post_dirs[w.seed, r.name]) for r in self.recipes]
+        sweep = load_sweep(write_sweep(self.out, w.seed, task, pairs, {"steps": self.settings.steps}))
+        result = run_sweep(sweep, max_parallel=self.max_parallel, console=self.console)
+        self.timing["comparison_s"] += time.perf_counter() - clock
+        if result.failed:
+            raise UserError(f"testbed: {len(result.failed)} run(s) of world seed {w.seed} failed (the sweep table "
+                            f"above names them; logs in {self.out}/.sweep/logs): fix the cause and run again")
+
+    def summary(self, started: float) -> dict:
+        """What `testbed.json` holds: the statistics of every world's runs, the settings and the timing
+        (``started``: ``time.perf_counter()`` when the testbed started)."""
+        runs = load_runs(self.out, keep_samples=True)[0]
+        scored = [world_scores(runs, w.seed, self.recipes,
+                               {r.name: (self.base_dirs[w.seed, r.name].name, self.post_dirs[w.seed, r.name].name)
+                                for r in self.recipes}, self.notes[w.seed]) for w in self.worlds]
+        timing = {k: round(v, 1) for k, v in self.timing.items()} | {
+            "total_s": round(time.perf_counter() - started, 1)}
+        return summarize(scored, self.recipes, self.notes, {w.seed: w.chance() for w in self.worlds},
+                         self.settings.to_json(), self.settings.n_boot, timing)
 
 
 def _same_models(settings: dict) -> dict:
