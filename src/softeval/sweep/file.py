@@ -1,9 +1,11 @@
 """The sweep file: which models, tasks, methods and seeds to run, with which `softeval run` options.
 
 A sweep file is YAML (read with ``yaml.safe_load``, in the bounds of ``softeval.yamlfile``). Every key
-is checked: an unknown key is an error naming the key and the file, so a typo never silently falls
-back to a default. Paths in the file (``out``, local model folders, task files, data files given as
-``source``, ``include_path``) are relative to the file's folder. The reference is docs/sweeps.md.
+is checked by the file's one declaration (sweep/schema.py, which `softeval schema sweep` prints as JSON Schema):
+an unknown key is an error naming the key and the file, so a typo never silently falls back to a default, and
+a value of the wrong type or out of range is refused as `softeval run` refuses it. Paths in the file (``out``,
+local model folders, task files, data files given as ``source``, ``include_path``) are relative to the file's
+folder. The reference is docs/sweeps.md.
 
 Options are layered: the file's top level, then the model entry, then the task entry (the most
 specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that
@@ -13,27 +15,24 @@ specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import product
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
-from softeval.protocol import ADAPTER_WEIGHTS, DEFAULT_METHODS
-from softeval.run.config import COMMAND_LINE, SWEEP_FILE, SWEEP_OPTIONS, RunConfig, Spelling
+from softeval.methods import SOFT_PROMPT, default_names, spec_of
+from softeval.protocol import ADAPTER_WEIGHTS
+from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.groups import group_record
 from softeval.run.pipeline import own_folder
 from softeval.run.validate import check_config
-from softeval.store.format import SOFT_PROMPT_FOLDER
 from softeval.sweep.entries import (
-    LIST_KEYS,
     WARM_STEPS_FRACTION,
     ModelEntry,
     TaskEntry,
-    as_list,
-    check_keys,
     check_models,
     level_options,
     model_entry,
@@ -41,10 +40,8 @@ from softeval.sweep.entries import (
     series_entries,
     task_entries,
 )
+from softeval.sweep.schema import DEFAULT_RETRIES, ModelSpec, SeriesSpec, TaskSpec, checked
 from softeval.yamlfile import BoundedLoader, read_yaml
-
-TOP_KEYS = {"out", "models", "tasks", "retries", *LIST_KEYS, *SWEEP_OPTIONS}
-DEFAULT_RETRIES = 2  # times a job is retried after its worker process or node died
 
 
 @dataclass
@@ -59,7 +56,8 @@ class SweepJob:
         ``warm_from`` job wrote; None while that soft prompt does not exist (not run yet, or failed)."""
         if self.warm_from is None:
             return self.config
-        source = own_folder(self.warm_from.config, "soft-prompt").final / SOFT_PROMPT_FOLDER
+        method = self.warm_from.config.methods[0]
+        source = own_folder(self.warm_from.config, method).final / spec_of(method).folder
         if not (source / ADAPTER_WEIGHTS).is_file():
             return None
         return replace(self.config, init=init_from(source))
@@ -122,68 +120,88 @@ class _StrictLoader(BoundedLoader):
 def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = "sweep",
                 local: bool = True) -> Sweep:
     """``path``: the file (relative paths in it are relative to its folder); ``where``: how errors
-    name it (default: 'sweep file PATH'); ``command``: ``sweep`` or ``track`` (Sweep.command);
-    ``local``: the workers run on this machine (Ray started here, no ``--address``), so the backend is
-    checked here as `softeval run` checks it (vLLM installed for the device), before Ray starts."""
+    name it (default: 'sweep file PATH'); ``command``: ``sweep`` or ``track`` (Sweep.command; track's run options
+    are its flags, and its errors name them so); ``local``: the workers run on this machine (Ray started here, no
+    ``--address``), so the backend is checked here as `softeval run` checks it (vLLM installed for the device),
+    before Ray starts."""
     where = where or f"sweep file {path}"
+    spelling = COMMAND_LINE if command == "track" else SWEEP_FILE
     if not isinstance(spec, dict):
         raise UserError(f"{where}: expected a mapping with models, tasks and out")
-    check_keys(spec, TOP_KEYS, where)
-    for key in ("models", "tasks", "out"):
-        if key not in spec:
-            raise UserError(f"{where}: '{key}' is missing")
+    declared = checked(spec, where, spelling)  # every key known, every value typed (sweep/schema.py)
     here = path.parent
-    if not isinstance(spec["out"], str) or not spec["out"].strip():
-        raise UserError(f"{where}: 'out' must name a folder")
-    out = resolve(here, spec["out"])
-    shared = level_options(spec, where, here)
-    retries = spec.get("retries", DEFAULT_RETRIES)
-    if not is_whole(retries) or retries < 0:
-        raise UserError(f"{where}: 'retries' must be a whole number >= 0, not {shown(retries)}")
-    models, series_names = [], []
-    for entry in as_list(spec["models"], "models", where):
-        if isinstance(entry, dict) and ("series" in entry or "checkpoints" in entry):
-            checkpoints = series_entries(entry, where, here)
-            if checkpoints[0].series in series_names:
-                raise UserError(f"{where}: two series are named {shown(checkpoints[0].series)}: "
-                                "give each a distinct 'name'")
-            series_names.append(checkpoints[0].series)
-            models += checkpoints
-        else:
-            models.append(model_entry(entry, where, here))
-    tasks, groups = [], []
-    for given in as_list(spec["tasks"], "tasks", where):
-        entries, group = task_entries(given, where, here, shared.get("include_path"))
+    out = resolve(here, declared.out)
+    shared = level_options(declared, here)
+    models = _models(declared.models, where, here)
+    tasks, groups = _tasks(declared.tasks, where, here, shared.get("include_path"))
+    check_models(models, where)
+    jobs = _jobs(models, tasks, shared, out, where, spelling, local)
+    _one_writer_per_folder(jobs, where)
+    return Sweep(path, out, models, tasks, jobs, declared.retries, command, groups)
+
+
+def _models(given: list[str | ModelSpec | SeriesSpec], where: str, here: Path) -> list[ModelEntry]:
+    """The file's models in its order, a series as its checkpoints; two series of one name are refused."""
+    models: list[ModelEntry] = []
+    series_names: set[str] = set()
+    for entry in given:
+        if not isinstance(entry, SeriesSpec):
+            models.append(model_entry(entry, here))
+            continue
+        checkpoints = series_entries(entry, where, here)
+        if checkpoints[0].series in series_names:
+            raise UserError(f"{where}: two series are named {shown(checkpoints[0].series)}: "
+                            "give each a distinct 'name'")
+        series_names.add(checkpoints[0].series)
+        models += checkpoints
+    return models
+
+
+def _tasks(given: list[str | TaskSpec], where: str, here: Path, include_path: str | None
+           ) -> tuple[list[TaskEntry], list[dict]]:
+    """The file's tasks, an lm-eval group as its subtasks (its record to write: ``groups``); a task listed
+    twice is refused."""
+    tasks: list[TaskEntry] = []
+    groups: list[dict] = []
+    for entry in given:
+        entries, group = task_entries(entry, where, here, include_path)
         tasks += entries
         if group is not None:  # an lm-eval group: its subtasks are the sweep's tasks, its record is written
-            groups.append(group_record(entries[0].options.get("include_path", shared.get("include_path")), group))
-    check_models(models, where)
+            groups.append(group_record(entries[0].options.get("include_path", include_path), group))
     if len({t.name for t in tasks}) != len(tasks):
         raise UserError(f"{where}: a task is listed twice")
+    return tasks, groups
+
+
+def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, Any], out: Path, where: str,
+          spelling: Spelling, local: bool) -> list[SweepJob]:
+    """One job per model, task, seed and method, in that order, each config checked as `softeval run` checks
+    it; ``shared``: the top level's options, which a model's and then a task's override."""
     jobs: list[SweepJob] = []
     previous: dict[tuple, SweepJob] = {}  # (series, task, seed) -> the last checkpoint's soft-prompt job
-    for model in models:
-        for task in tasks:
-            options = {"methods": list(DEFAULT_METHODS), "seeds": [0], **shared, **model.options, **task.options}
-            methods, seeds = options.pop("methods"), options.pop("seeds")
-            for seed in seeds:
-                for method in methods:
-                    config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed,
-                                       out=str(out), kind=model.kind, series=model.series, step=model.step,
-                                       **options)
-                    _check_config(config, f"{where}, model {model.label}, task {task.name}",
-                                  COMMAND_LINE if command == "track" else SWEEP_FILE, local)
-                    job = SweepJob(model, config, len(jobs))
-                    if method == "soft-prompt" and model.series is not None:
-                        key = (model.series, task.name, seed)
-                        if model.warm_start and key in previous:
-                            job.warm_from = previous[key]
-                            steps = model.warm_steps or -(-config.steps // WARM_STEPS_FRACTION)
-                            job.config = replace(config, steps=steps)
-                        previous[key] = job
-                    jobs.append(job)
-    _one_writer_per_folder(jobs, where)
-    return Sweep(path, out, models, tasks, jobs, retries, command, groups)
+    for model, task in product(models, tasks):
+        options = {"methods": list(default_names()), "seeds": [0], **shared, **model.options, **task.options}
+        methods, seeds = options.pop("methods"), options.pop("seeds")
+        for seed, method in product(seeds, methods):
+            config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed, out=str(out),
+                               kind=model.kind, series=model.series, step=model.step, **options)
+            _check_config(config, f"{where}, model {model.label}, task {task.name}", spelling, local)
+            jobs.append(_warm_start(SweepJob(model, config, len(jobs)), previous))
+    return jobs
+
+
+def _warm_start(job: SweepJob, previous: dict[tuple, SweepJob]) -> SweepJob:
+    """A series' soft-prompt job starts from the soft prompt of the previous checkpoint's job of the same task
+    and seed (``previous``, updated here), tuning for fewer steps, where its series says so."""
+    model, method = job.model, job.method
+    if spec_of(method).trains == SOFT_PROMPT and model.series is not None:
+        key = (model.series, job.config.task, job.config.seed)
+        if model.warm_start and key in previous:
+            job.warm_from = previous[key]
+            steps = model.warm_steps or -(-job.config.steps // WARM_STEPS_FRACTION)
+            job.config = replace(job.config, steps=steps)
+        previous[key] = job
+    return job
 
 
 def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
