@@ -218,34 +218,61 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
     device_map = "auto" if device == "cuda" and torch.cuda.device_count() > 1 else None
     started = time.time()
     preset = PRESETS.get(name)
-    try:
-        if preset is not None:
-            model, tokenizer = _load_preset(preset, torch_dtype, device_map)
-        elif name.endswith(".gguf"):
-            path = Path(name)
-            if not path.is_file():
-                raise UserError(f"GGUF file not found: {name}")
-            model, tokenizer = _from_pretrained(str(path.parent), path.name, torch_dtype, device_map)
-        else:
-            check_model_name(name)
-            model, tokenizer = _from_pretrained(name, None, torch_dtype, device_map)
-    except (OSError, ValueError) as err:  # missing files, no hub access, gated repo; a config or tokenizer
-        raise UserError(f"could not load model {shown(name)}: {err}") from None  # transformers cannot read
-    except SafetensorError as err:  # a weights file cut short (an interrupted copy or download) or damaged
-        raise UserError(f"could not load model {shown(name)}: a weights file is damaged or incomplete ({err}); "
-                        "copy or download the model again") from None
+    model, tokenizer = _load_weights(name, preset, torch_dtype, device_map)
     if device_map is None:
         model.to(device)
     model.eval()
     model.requires_grad_(False)
     for attr, value in (preset.tokenizer_fixes if preset else {}).items():
         setattr(tokenizer, attr, value)
-    if preset is not None:
-        model_kind, kind_source = (kind, "flag") if kind else (preset.kind, "preset")
+    model_kind, kind_source = _model_kind(name, preset, kind)
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    source = str(converted_path(preset)) if preset is not None else name
+    loaded = LoadedModel(model, tokenizer, name, model_kind, kind_source, int(pad), _eos_ids(model, tokenizer, preset),
+                         source)
+    loaded.load_seconds = time.time() - started  # type: ignore[attr-defined]
+    return loaded
+
+
+def _load_weights(name: str, preset: Preset | None, torch_dtype: torch.dtype, device_map: str | None) -> tuple:
+    """The model and tokenizer of ``name`` (``preset``: its preset, if it is one), as transformers loads them;
+    what cannot be read is the user's error, naming the model."""
+    try:
+        if preset is not None:
+            return _load_preset(preset, torch_dtype, device_map)
+        if name.endswith(".gguf"):
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"GGUF file not found: {name}")
+            return _from_pretrained(str(path.parent), path.name, torch_dtype, device_map)
+        check_model_name(name)
+        return _from_pretrained(name, None, torch_dtype, device_map)
+    except (OSError, ValueError) as err:  # missing files, no hub access, gated repo; a config or tokenizer
+        raise UserError(f"could not load model {shown(name)}: {err}") from None  # transformers cannot read
+    except SafetensorError as err:  # a weights file cut short (an interrupted copy or download) or damaged
+        raise UserError(f"could not load model {shown(name)}: a weights file is damaged or incomplete ({err}); "
+                        "copy or download the model again") from None
+
+
+def _model_kind(name: str, preset: Preset | None, kind: str | None) -> tuple[str, str]:
+    """The model's kind and where it came from: ``kind`` (the flag), else the preset's, else guessed from the
+    name."""
+    if kind:
+        model_kind, kind_source = kind, "flag"
+    elif preset is not None:
+        model_kind, kind_source = preset.kind, "preset"
     else:
-        model_kind, kind_source = (kind, "flag") if kind else (guess_kind(name), "guessed from name")
+        model_kind, kind_source = guess_kind(name), "guessed from name"
     if model_kind not in KINDS:
         raise UserError(f"unknown model kind {shown(model_kind)}: use {' or '.join(KINDS)}")
+    return model_kind, kind_source
+
+
+def _eos_ids(model, tokenizer, preset: Preset | None) -> tuple[int, ...]:
+    """The tokens that end a generation: the tokenizer's EOS and the generation config's (a preset's fixed EOS
+    instead, where it fixes one), and the chat template's end of turn."""
     eos = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))
@@ -257,10 +284,4 @@ def load_model(name: str, *, device: str = "auto", dtype: str = "auto", kind: st
     end_of_turn = end_of_turn_id(tokenizer)
     if end_of_turn is not None:  # generation stops there even where the generation config omits it
         eos.add(end_of_turn)
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    source = str(converted_path(preset)) if preset is not None else name
-    loaded = LoadedModel(model, tokenizer, name, model_kind, kind_source, int(pad), tuple(sorted(eos)), source)
-    loaded.load_seconds = time.time() - started  # type: ignore[attr-defined]
-    return loaded
+    return tuple(sorted(eos))
