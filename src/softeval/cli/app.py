@@ -17,7 +17,7 @@ from rich.text import Text
 
 from softeval.analysis.groups import group_scores
 from softeval.analysis.verdict import verdicts
-from softeval.cli import analysis, sweep, testbed, track
+from softeval.cli import analysis, schema, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options
 from softeval.consoles import progress_bar, table_console
@@ -119,10 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("models", nargs="*", metavar="MODEL", help="presets to prepare (default: every installed one)")
     prepare.set_defaults(handler=cmd_prepare)
 
-    analysis.register(sub)
-    sweep.register(sub)
-    testbed.register(sub)
-    track.register(sub)
+    for command in (analysis, schema, sweep, testbed, track):  # each module registers its subcommand(s)
+        command.register(sub)
     return parser
 
 

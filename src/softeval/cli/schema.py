@@ -1,0 +1,28 @@
+"""`softeval schema task|sweep`: the JSON Schema of a task file or a sweep file (their one declaration:
+tasks/schema.py, sweep/schema.py), which an editor checks the file against as it is typed, e.g.
+
+    softeval schema task > task.schema.json
+
+and, as the task file's first line, ``# yaml-language-server: $schema=task.schema.json`` (docs/tasks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from softeval.sweep.schema import sweep_file_schema
+from softeval.tasks.schema import task_file_schema
+
+SCHEMAS = {"task": task_file_schema, "sweep": sweep_file_schema}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("schema", help="print the JSON Schema of a task file or a sweep file, for editors")
+    p.add_argument("file", choices=tuple(SCHEMAS), help="task: a task file (docs/tasks.md); sweep: a sweep file "
+                                                        "(docs/sweeps.md)")
+    p.set_defaults(handler=cmd_schema)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(SCHEMAS[args.file](), indent=2, ensure_ascii=False))
+    return 0
