@@ -14,7 +14,7 @@ from pathlib import Path
 
 from softeval.testbed.corpus import post_training_documents, pretraining_documents, seen_scored, train_tokenizer
 from softeval.testbed.recipes import Recipe
-from softeval.testbed.train import POST_LR, POST_STEPS, PRETRAIN_LR, llama, train
+from softeval.testbed.train import POST_LR, POST_STEPS, PRETRAIN_LR, answer_rows, llama, packed_rows, train
 from softeval.testbed.world import QA_PROMPT, World, cloze_prefix
 
 MODEL_NOTE = "testbed_model.json"  # beside the weights: recipe, ground truth, training figures
@@ -61,7 +61,8 @@ def build_base(world: World, recipe: Recipe, folder: Path, seed: int,
         tokenizer = train_tokenizer(world)
         model = llama(len(tokenizer), recipe.hidden, recipe.layers, seed)
         docs = pretraining_documents(world, recipe, seed)
-        figures = train(model, tokenizer, docs, None, recipe.epochs, PRETRAIN_LR, seed, on_step)
+        figures = train(model, tokenizer, packed_rows(tokenizer, docs), None, recipe.epochs, PRETRAIN_LR, seed,
+                        on_step)
         seen = {p.name for p in seen_scored(world, recipe)}
         facts = world.facts()
         truth = {"seen": [int(f.person in seen) for f in facts], "cloze": cloze_correct(model, tokenizer, world)}
@@ -86,8 +87,8 @@ def build_post(world: World, recipe: Recipe, base: Path, folder: Path, seed: int
 
         tokenizer = AutoTokenizer.from_pretrained(base)
         model = LlamaForCausalLM.from_pretrained(base)
-        figures = train(model, tokenizer, post_training_documents(world), POST_STEPS, 1.0, POST_LR, seed, on_step,
-                        answer_only=True)
+        figures = train(model, tokenizer, answer_rows(tokenizer, post_training_documents(world)), POST_STEPS, 1.0,
+                        POST_LR, seed, on_step)
         note = {"recipe": recipe.to_json(), "world_seed": world.seed, "kind": "post-trained", "base": base.name,
                 "training": figures}
         _save(model, tokenizer, stage, note)

@@ -34,21 +34,29 @@ def token_stream(tokenizer, documents: list[str]) -> list[int]:
     return out
 
 
-def train(model, tokenizer, documents: list[str], steps: int | None, epochs: float, lr: float, seed: int,
-          on_step: Callable[[int, int], None] | None = None, answer_only: bool = False) -> dict:
-    """Train ``model`` in place; ``steps`` (or ``epochs`` passes over the packed corpus) of ``BATCH``
-    blocks. ``answer_only``: the loss only on the tokens after "Answer:" (post-training). Returns the
-    step count, the final loss and the seconds."""
+Rows = list[tuple[list[int], list[int] | None]]  # what training draws its batches from: (ids, labels or None)
+
+
+def packed_rows(tokenizer, documents: list[str]) -> Rows:
+    """Pre-training's rows: the documents packed into blocks of ``BLOCK`` tokens, the loss on every token."""
+    stream = token_stream(tokenizer, documents)
+    n_blocks = max(1, len(stream) // BLOCK)
+    return [(stream[i * BLOCK:(i + 1) * BLOCK], None) for i in range(n_blocks)]
+
+
+def answer_rows(tokenizer, documents: list[str]) -> Rows:
+    """Post-training's rows: one per document, the loss only on the tokens after "Answer:"."""
+    return [_answer_row(tokenizer, d) for d in documents]
+
+
+def train(model, tokenizer, rows: Rows, steps: int | None, epochs: float, lr: float, seed: int,
+          on_step: Callable[[int, int], None] | None = None) -> dict:
+    """Train ``model`` in place on ``rows`` (``packed_rows`` or ``answer_rows``); ``steps`` (or ``epochs``
+    passes over the rows) of ``BATCH`` rows. Returns the step count, the final loss and the seconds."""
     import torch
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    if answer_only:
-        rows = [_answer_row(tokenizer, d) for d in documents]
-    else:
-        stream = token_stream(tokenizer, documents)
-        n_blocks = max(1, len(stream) // BLOCK)
-        rows = [(stream[i * BLOCK:(i + 1) * BLOCK], None) for i in range(n_blocks)]
     total = steps if steps is not None else max(1, round(epochs * len(rows) / BATCH))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * (1 - s / total))
