@@ -24,7 +24,9 @@ from softeval.errors import shown
 # refused by its key's ``said`` or a rule's ``refusal``, and a refusal worded in full elsewhere (``worded``).
 UNKNOWN, MISSING, SAID, WORDED = "unknown", "missing", "said", "worded"
 _OURS = (UNKNOWN, MISSING, SAID, WORDED)
-DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# Draft 7: what editors check YAML against (yaml-language-server ships draft 7 support; later drafts only in part).
+# pydantic writes nothing a draft-7 validator does not read: its "$defs" are reached by JSON pointers.
+DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
 class Declared(BaseModel):
@@ -161,6 +163,6 @@ class _Untitled(GenerateJsonSchema):
 
 
 def json_schema(model: type[Declared], title: str, description: str) -> dict[str, Any]:
-    """``model`` as a JSON Schema document (draft 2020-12)."""
+    """``model`` as a JSON Schema document (draft 7)."""
     schema = model.model_json_schema(schema_generator=_Untitled)
     return {"$schema": DIALECT, **schema, "title": title, "description": description}

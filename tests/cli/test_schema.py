@@ -24,11 +24,15 @@ TASK_FILES = [ROOT / "examples" / "capitals" / "capitals.yaml", ROOT / "tests" /
 SWEEP = {"out": "out", "models": ["gemma-3-270m"], "tasks": ["mmlu"]}
 
 
-def printed(capsys, which: str) -> jsonschema.Draft202012Validator:
+def printed(capsys, which: str) -> jsonschema.Draft7Validator:
+    """The schema `softeval schema` prints, as editors read it: draft 7 (yaml-language-server's), and as valid in
+    the latest draft."""
     assert cli.main(["schema", which]) == 0
     schema = json.loads(capsys.readouterr().out)
+    assert jsonschema.validators.validator_for(schema) is jsonschema.Draft7Validator
+    jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft7Validator(schema)
 
 
 def test_the_task_schema_takes_the_shipped_task_files_and_refuses_a_bad_one(capsys, tmp_path):

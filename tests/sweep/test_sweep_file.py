@@ -44,3 +44,23 @@ def test_backend_vllm_without_vllm_is_refused_before_ray_starts_in_the_file_s_sp
     assert cli.main(["sweep", str(path), "--dry-run"]) == 2
     assert "backend: vllm needs vLLM" in one_line_error(capsys)
     assert load_sweep(path, local=False).jobs[0].config.backend == "vllm"
+
+
+def test_a_refusal_names_the_entry_the_key_is_written_in(tmp_path, capsys):
+    """The sweep file's declaration (sweep/schema.py) checks each value where it is written: the one line names
+    the file, the entry (by its name, else its place in the list) and the key as the file writes it."""
+    path = tmp_path / "sweep.yaml"
+    for text, said in [
+        ("tasks: [{name: mmlu, steps: 0}]", "task mmlu: 'steps' must be between 1 and 1000000, not 0"),
+        ("tasks: [{nam: mmlu}]", "tasks entry 1: unknown key 'nam' (did you mean 'name'?)"),
+        ("tasks: [mmlu]\nmodels: [{name: m, resources: {gpus: 1.5}}]",
+         "model m: resources.gpus above 1 must be a whole number, not 1.5"),
+        ("tasks: [mmlu]\nmodels: [{name: m, resources: {cpu: 1}}]",
+         "model m, resources: unknown key 'cpu' (did you mean 'cpus'?)"),
+        ("tasks: [mmlu]\nmodels: [{series: ckpts, warm_start: yes}]", "series ckpts: warm_start must be previous or "
+                                                                      "none, not True"),
+    ]:
+        models = "" if "models:" in text else "models: [gemma-3-270m]\n"
+        path.write_text(f"out: out\n{models}{text}\n")
+        assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+        assert one_line_error(capsys) == f"error: sweep file {path}, {said}"

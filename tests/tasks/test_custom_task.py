@@ -172,6 +172,9 @@ def test_templates_are_sandboxed(tmp_path):
     ({"prompt": "{{ nothere }}"}, r"rows\.jsonl: row 0: the prompt template cannot be filled.*nothere"),
     ({"fields": ["q", "extra"]}, r"rows\.jsonl: row 0 lacks field\(s\) extra"),
     ({"target_kind": "essay"}, "target_kind must be one-line or worked-solution, not str 'essay'"),
+    ({"split": {"fraction": 0.5, "n_tune": 3}}, "split: give n_tune or fraction, not both"),
+    ({"options_field": ["opts"]}, r"options_field must be a field name or a list of field names, not list \['opts'\]"),
+    ({"matcher": "numeric"}, r"a multiple-choice task \(options_field\) is matched by letter"),
 ])
 def test_bad_task_files_name_file_and_problem(tmp_path, change, message):
     spec = {k: v for k, v in {**MC_SPEC, **change}.items() if v is not None}
