@@ -58,17 +58,21 @@ def toymc(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def ray_cluster(tmp_path_factory):
     """One local Ray cluster for every sweep test (2 CPUs, no dashboard): starting one takes seconds.
     A ``ray.cluster_utils.Cluster``, so a test can add a second node and remove it."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
+    from toymethod import install
 
     src = str(Path(__file__).resolve().parents[1] / "src")
+    # the workers also have a method of another distribution installed (tests/support/toymethod.py), as a user's
+    # cluster would: tests/e2e/test_toy_method.py sweeps it
+    plugin = str(install(tmp_path_factory.mktemp("method-plugin")))
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING",
              runtime_env={"env_vars": {
-                 "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}})
+                 "PYTHONPATH": os.pathsep.join(p for p in (src, plugin, os.environ.get("PYTHONPATH")) if p)}})
     yield cluster
     ray.shutdown()
     cluster.shutdown()
