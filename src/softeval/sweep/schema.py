@@ -38,7 +38,7 @@ from softeval.declared import (
     worded,
 )
 from softeval.errors import UserError, did_you_mean, shown
-from softeval.methods import names
+from softeval.methods import default_names, names
 from softeval.protocol import KINDS
 from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS, Option, Spelling
 from softeval.run.validate import check_methods, check_option
@@ -86,7 +86,9 @@ def _option_schema(key: str, schema: dict[str, Any]) -> None:
 
 
 def _method_names(schema: dict[str, Any]) -> None:
-    schema["items"] = {"enum": list(names())}  # the registry's (softeval.methods), a plug-in's included
+    """The registry's methods (softeval.methods), a plug-in's included, as they are when the schema is printed."""
+    schema["items"] = {"enum": list(names())}
+    schema["description"] = f"the methods of these runs (default: {', '.join(default_names())})"
 
 
 def _methods(methods: list[str]) -> list[str]:
@@ -104,8 +106,7 @@ def _distinct(seeds: list[int]) -> list[int]:
 
 
 Methods = Annotated[list[str], Field(min_length=1, json_schema_extra=_method_names), said(_NON_EMPTY),
-                    AfterValidator(_methods), Field(description="the methods of these runs (default: zero-shot, "
-                                                                "few-shot, soft-prompt)")]
+                    AfterValidator(_methods)]
 Seeds = Annotated[list[int], Field(min_length=1, json_schema_extra={"uniqueItems": True}), said(_SEEDS),
                   AfterValidator(_distinct), Field(description="the seeds of these runs (default: [0])")]
 # The keys every level of the file may set: the option table's sweep keys, and the methods and seeds to run.
