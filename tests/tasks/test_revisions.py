@@ -31,7 +31,7 @@ RECORDED = {
     "boolq": (1, 'b07fb7ac4c05b14f'),
     "gsm8k": (4, '70d2e5f0152ecc19'),
     "hellaswag": (1, '65553f9224c812f3'),
-    "math500": (1, '77567f218f4803de'),
+    "math500": (1, 'fa417e2969171837'),  # mathcheck's size bound split into functions, the same bound
     "mmlu": (1, '6ec33bee939145d1'),
     "squad": (1, 'ea41d7ad296141bd'),
     "triviaqa": (1, '56e51f98dfdd5bbf'),

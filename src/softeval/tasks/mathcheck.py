@@ -30,34 +30,43 @@ def _too_big(expr) -> bool:
     for node in sympy.postorder_traversal(expr):
         if node in size:
             continue
-        if node.is_Integer:
-            digits = _digits(int(node))
-        elif node.is_Rational:
-            digits = _digits(int(node.p)) + _digits(int(node.q))
-        elif node.is_Atom:  # symbols, floats, pi, i
-            digits = 1.0
-        elif node.is_Pow:
-            base, exp = size[node.base], size[node.exp]
-            if exp > 5:
-                return True
-            if not node.exp.is_number:  # x^n: nothing to expand or evaluate
-                digits = base + exp + 1
-            else:
-                power = abs(complex(node.exp.evalf(15)))
-                if power > MAX_EXPONENT and node.base.free_symbols:
-                    return True
-                digits = base * max(1.0, power)
-        elif isinstance(node, sympy.factorial):  # n! has at most n * digits(n) digits
-            if size[node.args[0]] > 5:
-                return True
-            n = abs(complex(node.args[0].evalf(15))) if node.args[0].is_number else 1.0
-            digits = max(1.0, n) * size[node.args[0]]
-        else:
-            digits = sum(size[arg] for arg in node.args) + 1
-        if digits > MAX_DIGITS:
+        digits = _node_digits(node, size)
+        if digits is None or digits > MAX_DIGITS:
             return True
         size[node] = digits
     return False
+
+
+def _node_digits(node, size: dict) -> float | None:
+    """The bound on ``node``'s digits from its arguments' (``size``); None where it is too big to bound."""
+    if node.is_Integer:
+        return _digits(int(node))
+    if node.is_Rational:
+        return _digits(int(node.p)) + _digits(int(node.q))
+    if node.is_Atom:  # symbols, floats, pi, i
+        return 1.0
+    if node.is_Pow:
+        return _power_digits(node, size)
+    if isinstance(node, sympy.factorial):  # n! has at most n * digits(n) digits
+        if size[node.args[0]] > 5:
+            return None
+        n = abs(complex(node.args[0].evalf(15))) if node.args[0].is_number else 1.0
+        return max(1.0, n) * size[node.args[0]]
+    return sum(size[arg] for arg in node.args) + 1
+
+
+def _power_digits(node, size: dict) -> float | None:
+    """``b^e``: at most ``|e|`` times the digits of ``b``; None where ``e`` is too big to evaluate, or raises
+    an expression with a symbol past ``MAX_EXPONENT``."""
+    base, exp = size[node.base], size[node.exp]
+    if exp > 5:
+        return None
+    if not node.exp.is_number:  # x^n: nothing to expand or evaluate
+        return base + exp + 1
+    power = abs(complex(node.exp.evalf(15)))
+    if power > MAX_EXPONENT and node.base.free_symbols:
+        return None
+    return base * max(1.0, power)
 
 
 def verified(answer: str, gold: str) -> bool:
