@@ -59,40 +59,22 @@ def _tag_members(name: str, index) -> list[str]:
     return sorted(index.task_index[name].tags)
 
 
+STRUCTURAL = frozenset({"group", "group_alias", "task", "aggregate_metric_list", "metadata"})  # what softeval reads
+
+
 def _walk(name: str, cfg: dict[str, Any], index, out: GroupPlan, top: str) -> list[str]:
     """Add group ``name`` (its config ``cfg``) and its members to ``out``; its leaves."""
     from lm_eval.config.group import GroupConfig
 
-    structural = {"group", "group_alias", "task", "aggregate_metric_list", "metadata"}
-    extra = sorted(k for k in cfg if k not in structural)
+    extra = sorted(k for k in cfg if k not in STRUCTURAL)
     if extra:
         raise UserError(f"lm-eval:{top}: group {name} sets {', '.join(extra)} for its tasks, which softeval does "
                         "not run as a group yet: run its subtasks one by one (`softeval tasks --lm-eval` lists them)")
-    config = GroupConfig(**{k: v for k, v in cfg.items() if k in structural} | {"group": name})
+    config = GroupConfig(**{k: v for k, v in cfg.items() if k in STRUCTURAL} | {"group": name})
     members = cfg.get("task") or []
     leaves: list[str] = []
     for member in members if isinstance(members, list) else [members]:
-        if isinstance(member, dict) and "group" in member and set(member) <= structural:
-            child = str(member["group"])
-            registered = index.task_index.get(child)
-            if registered is not None and len(member) == 1:
-                leaves += _walk(child, raw_config(registered), index, out, top)
-            else:
-                leaves += _walk(f"{name}::{child}", member, index, out, top)
-            continue
-        if not isinstance(member, str):
-            raise UserError(f"lm-eval:{top}: group {name} lists {_said(member)} with options of its own, which "
-                            "softeval does not run as a group yet: run its subtasks one by one")
-        entry = index.task_index.get(member)
-        if entry is None:
-            raise UserError(f"lm-eval:{top}: group {name} lists {member}, which is in no lm-eval index here")
-        kind = kind_of(entry)
-        if kind == "group":
-            leaves += _walk(member, raw_config(entry), index, out, top)
-        elif kind == "tag":
-            leaves += _tag_members(member, index)
-        else:
-            leaves.append(member)
+        leaves += _member_leaves(name, member, index, out, top)
     aggregate = [{"metric": a.metric, "filter_list": a.filter_list, "weight_by_size": bool(a.weight_by_size)}
                  for a in config.aggregate_metric_list or []
                  if isinstance(a.aggregation, str) and a.aggregation == "mean"]
@@ -102,6 +84,29 @@ def _walk(name: str, cfg: dict[str, Any], index, out: GroupPlan, top: str) -> li
         if leaf not in out.tasks:
             out.tasks.append(leaf)
     return leaves
+
+
+def _member_leaves(name: str, member: Any, index, out: GroupPlan, top: str) -> list[str]:
+    """The leaves of one member of group ``name``: a subgroup written in the group (walked, its own groups added
+    to ``out``), a registered group, a tag's tasks or a task."""
+    if isinstance(member, dict) and "group" in member and set(member) <= STRUCTURAL:
+        child = str(member["group"])
+        registered = index.task_index.get(child)
+        if registered is not None and len(member) == 1:
+            return _walk(child, raw_config(registered), index, out, top)
+        return _walk(f"{name}::{child}", member, index, out, top)
+    if not isinstance(member, str):
+        raise UserError(f"lm-eval:{top}: group {name} lists {_said(member)} with options of its own, which "
+                        "softeval does not run as a group yet: run its subtasks one by one")
+    entry = index.task_index.get(member)
+    if entry is None:
+        raise UserError(f"lm-eval:{top}: group {name} lists {member}, which is in no lm-eval index here")
+    kind = kind_of(entry)
+    if kind == "group":
+        return _walk(member, raw_config(entry), index, out, top)
+    if kind == "tag":
+        return _tag_members(member, index)
+    return [member]
 
 
 def _said(member: Any) -> str:
