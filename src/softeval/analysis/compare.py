@@ -29,7 +29,8 @@ from softeval.analysis.ranking_stats import (
 )
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
-from softeval.protocol import METHODS
+from softeval.methods import REFERENCE, with_role
+from softeval.methods import names as method_names
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
@@ -43,8 +44,17 @@ PER_ITEM: dict[str, tuple[str, str | None]] = {
     "circular_accuracy": ("circular_correct", None),
     "knowledge_accuracy": ("correct", "format_ok"),  # a ratio: correct among format-following items
 }
-POST_METHODS = (*METHODS, "best")
 MIN_PAIRS = 3
+
+
+def post_methods() -> tuple[str, ...]:
+    """What --post-method may name: a registered method, or "best" (each post-trained model by its best one)."""
+    return (*method_names(), "best")
+
+
+def reference_method() -> str:
+    """The default --post-method: the REFERENCE method (the bare prompt: how a post-trained model is used)."""
+    return with_role(REFERENCE)[0]
 
 
 @dataclass
@@ -144,28 +154,28 @@ def parse_pairs(specs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "accuracy",
-                 post_method: str = "zero-shot", n_boot: int = 2000, seed: int = 0,
+                 post_method: str | None = None, n_boot: int = 2000, seed: int = 0,
                  post_scores: PostScores | None = None) -> Comparison:
     """Rank correlations per task and method, their mean over tasks, and the best-predicting method.
+    ``post_method``: how the post-trained models' runs are scored (None: ``reference_method()``).
     ``post_scores``: the post-trained side read from a file (analysis.post_scores) instead of runs."""
+    post_method = reference_method() if post_method is None else post_method
     _check_inputs(runs, pairs, metric, post_method, post_scores)
     if not is_whole(n_boot) or n_boot < MIN_BOOT:
         raise UserError(f"--n-boot must be at least {MIN_BOOT} (a 95% interval needs replicates to spread), "
                         f"not {shown(n_boot)}")
-    notes: list[str] = []
-    skipped: list[str] = []
+    asked = _Asked(pairs, metric, post_method, n_boot, post_scores)
     results: list[Correlation] = []
     rng = np.random.default_rng(seed)
     for task in sorted({r.task for r in runs}):
-        results.extend(_compare_task(runs, task, pairs, metric, post_method, n_boot, rng, notes, skipped,
-                                     post_scores))
+        results.extend(_compare_task(asked, [r for r in runs if r.task == task], task, rng))
     if not results:
-        raise UserError("nothing to correlate: " + "; ".join(skipped or ["no task has runs of every model"]))
+        raise UserError("nothing to correlate: " + "; ".join(asked.skipped or ["no task has runs of every model"]))
     if post_scores is not None:
-        notes.append(post_scores.note)
+        asked.notes.append(post_scores.note)
     average = _averages(results)
     best = _best(average, results)
-    return Comparison(metric, post_method, pairs, n_boot, results, average, best, notes, skipped,
+    return Comparison(metric, post_method, pairs, n_boot, results, average, best, asked.notes, asked.skipped,
                       None if post_scores is None else post_scores.path)
 
 
@@ -173,8 +183,8 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
                   post_scores: PostScores | None) -> None:
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
-    if post_method not in POST_METHODS:
-        raise UserError(f"--post-method {shown(post_method)}: choose one of {', '.join(POST_METHODS)}")
+    if post_method not in post_methods():
+        raise UserError(f"--post-method {shown(post_method)}: choose one of {', '.join(post_methods())}")
     if len(pairs) < MIN_PAIRS:
         raise UserError(f"compare needs at least {MIN_PAIRS} BASE=POST pairs (got {len(pairs)}): "
                         "a rank correlation over fewer models says nothing")
@@ -191,74 +201,125 @@ def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, po
                             f"models with runs: {', '.join(known) or 'none'}")
 
 
-def _compare_task(runs: list[Run], task: str, pairs: list[tuple[str, str]], metric: str, post_method: str,
-                  n_boot: int, rng: np.random.Generator, notes: list[str],
-                  skipped: list[str], post_scores: PostScores | None = None) -> list[Correlation]:
-    task_runs = [r for r in runs if r.task == task]
-    absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)
-              and (post_scores is None or name not in {p for _, p in pairs})]
-    if absent:
-        skipped.append(f"{task}: no runs for {', '.join(absent)}")
+@dataclass
+class _Asked:
+    """What a comparison was asked, the same for every task, and what it says besides its rows: ``notes`` (beside
+    the answer) and ``skipped`` (what was left out, and why)."""
+
+    pairs: list[tuple[str, str]]
+    metric: str
+    post_method: str
+    n_boot: int
+    post_scores: PostScores | None
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _compare_task(asked: _Asked, task_runs: list[Run], task: str, rng: np.random.Generator) -> list[Correlation]:
+    """One task's rows (``task_runs``: its runs): per method every base model ran, the rank correlations of the
+    base models' scores with the post-trained models', on the items every run scored; none, with why in
+    ``asked.skipped``, where a model lacks what it needs."""
+    post_side = _post_side(asked, task_runs, task)
+    if post_side is None:
         return []
-    filed = [post_scores.get(post, task) for _, post in pairs] if post_scores is not None else []
-    if post_scores is not None and None in filed:
-        lacking = [post for (_, post), row in zip(pairs, filed) if row is None]
-        skipped.append(f"{task}: {post_scores.path} has no score of {', '.join(lacking)}")
-        return []
-    post_runs = []  # none when the post-trained scores are filed
-    for _, post in pairs if post_scores is None else []:
-        mine = runs_of(task_runs, post)
-        method = post_method if post_method != "best" else _best_own_method(mine, metric)
-        chosen = [r for r in mine if r.method == method]
-        if not chosen:
-            have = ", ".join(sorted({r.method for r in mine}))
-            skipped.append(f"{task}: {post} has no {post_method} run (has: {have}; try --post-method best)")
-            return []
-        if post_method == "best":
-            notes.append(f"{task}: {post} scored by its best method, {method}")
-        post_runs.append(chosen)
-    methods = [m for m in METHODS if all(any(r.method == m for r in runs_of(task_runs, b)) for b, _ in pairs)]
-    for m in {r.method for b, _ in pairs for r in runs_of(task_runs, b)} - set(methods):
-        skipped.append(f"{task}/{m}: not every base model has a {m} run")
+    filed, post_runs = post_side
+    methods = _shared_methods(asked, task_runs, task)
     try:
-        posts = [load_item_scores(chosen, metric) for chosen in post_runs]
-        bases = {m: [load_item_scores([r for r in runs_of(task_runs, b) if r.method == m], metric)
-                     for b, _ in pairs] for m in methods}
+        posts = [load_item_scores(chosen, asked.metric) for chosen in post_runs]
+        bases = {m: [load_item_scores([r for r in runs_of(task_runs, b) if r.method == m], asked.metric)
+                     for b, _ in asked.pairs] for m in methods}
     except UserError as exc:
-        skipped.append(f"{task}: {exc}")
+        asked.skipped.append(f"{task}: {exc}")
         return []
-    every = posts + [s for scores in bases.values() for s in scores]
-    common = sorted(set.intersection(*(set(s.ids) for s in every)))
-    if any(len(s.ids) != len(common) for s in every):
-        sizes = sorted({len(s.ids) for s in every})
-        notes.append(f"{task}: models were scored on different item sets (sizes {sizes}); "
-                     f"correlating on the {len(common)} items common to all")
-    if len(common) < 2:
-        skipped.append(f"{task}: fewer than 2 items common to all models")
+    common = _common_items(asked, task, posts + [s for scores in bases.values() for s in scores])
+    if common is None:
         return []
-    if post_scores is None:
+    if filed is None:
         posts = [s.aligned(common) for s in posts]
         post_point = [s.score() for s in posts]
         state = rng.bit_generator.state  # same item draws for every method: replicates are paired
-        post_boot = bootstrap_scores(posts, n_boot, rng)
+        post_boot = bootstrap_scores(posts, asked.n_boot, rng)
     else:  # from the file: no items to resample; drawn from a generator of their own, the same for every method
         post_point = [row.score for row in filed]
-        post_boot = boot_post_scores(filed, n_boot, np.random.default_rng(rng.integers(2**63)))
+        post_boot = boot_post_scores(filed, asked.n_boot, np.random.default_rng(rng.integers(2**63)))
         state = rng.bit_generator.state
     rows = []
     for m in methods:
         scores = [s.aligned(common) for s in bases[m]]
         base_point = [s.score() for s in scores]
         rng.bit_generator.state = state
-        base_boot = bootstrap_scores(scores, n_boot, rng)
-        tau, rho = rank_correlations(base_point, post_point)
-        boot_tau, boot_rho = batched_rank_correlations(base_boot, post_boot)
-        if np.isnan(tau):
-            notes.append(f"{task}/{m}: scores are all equal on one side, so no ranking to correlate")
-        rows.append(_row(task, m, tau, rho, boot_tau, boot_rho, len(pairs), len(common),
-                         {b: s for (b, _), s in zip(pairs, base_point)},
-                         {p: s for (_, p), s in zip(pairs, post_point)}))
+        base_boot = bootstrap_scores(scores, asked.n_boot, rng)
+        point = rank_correlations(base_point, post_point)
+        if np.isnan(point[0]):
+            asked.notes.append(f"{task}/{m}: scores are all equal on one side, so no ranking to correlate")
+        rows.append(_row(task, m, point, batched_rank_correlations(base_boot, post_boot),
+                         (len(asked.pairs), len(common)), {b: s for (b, _), s in zip(asked.pairs, base_point)},
+                         {p: s for (_, p), s in zip(asked.pairs, post_point)}))
     return rows
+
+
+def _post_side(asked: _Asked, task_runs: list[Run], task: str) -> tuple[list | None, list[list[Run]]] | None:
+    """A task's post-trained side: the rows of the file (``asked.post_scores``; no runs) or, without one, each
+    post-trained model's runs of the post method (None for the rows); None, with why in ``asked.skipped``, where
+    a model of a pair has no runs (and no row) or a post-trained model lacks its post method's run."""
+    pairs, from_file = asked.pairs, asked.post_scores
+    absent = [name for pair in pairs for name in pair if not runs_of(task_runs, name)
+              and (from_file is None or name not in {p for _, p in pairs})]
+    if absent:
+        asked.skipped.append(f"{task}: no runs for {', '.join(absent)}")
+        return None
+    if from_file is not None:
+        filed = [from_file.get(post, task) for _, post in pairs]
+        if None in filed:
+            lacking = [post for (_, post), row in zip(pairs, filed) if row is None]
+            asked.skipped.append(f"{task}: {from_file.path} has no score of {', '.join(lacking)}")
+            return None
+        return filed, []
+    post_runs = []
+    for _, post in pairs:
+        chosen = _post_runs(asked, runs_of(task_runs, post), task, post)
+        if chosen is None:
+            return None
+        post_runs.append(chosen)
+    return None, post_runs
+
+
+def _post_runs(asked: _Asked, mine: list[Run], task: str, post: str) -> list[Run] | None:
+    """The runs of ``post`` (``mine``) that score it: those of the post method, or of its best method with
+    --post-method best (a note says which); None, with why in ``asked.skipped``, where it has none."""
+    method = asked.post_method if asked.post_method != "best" else _best_own_method(mine, asked.metric)
+    chosen = [r for r in mine if r.method == method]
+    if not chosen:
+        have = ", ".join(sorted({r.method for r in mine}))
+        asked.skipped.append(f"{task}: {post} has no {asked.post_method} run (has: {have}; try --post-method best)")
+        return None
+    if asked.post_method == "best":
+        asked.notes.append(f"{task}: {post} scored by its best method, {method}")
+    return chosen
+
+
+def _shared_methods(asked: _Asked, task_runs: list[Run], task: str) -> list[str]:
+    """The methods every base model of a task has a run of, in the registry's order; the others in
+    ``asked.skipped``."""
+    bases = [b for b, _ in asked.pairs]
+    methods = [m for m in method_names() if all(any(r.method == m for r in runs_of(task_runs, b)) for b in bases)]
+    for m in {r.method for b in bases for r in runs_of(task_runs, b)} - set(methods):
+        asked.skipped.append(f"{task}/{m}: not every base model has a {m} run")
+    return methods
+
+
+def _common_items(asked: _Asked, task: str, every: list) -> list[str] | None:
+    """The item ids every one of a task's item scores (``every``) has (a note where they differ); None, with why
+    in ``asked.skipped``, where fewer than two are common."""
+    common = sorted(set.intersection(*(set(s.ids) for s in every)))
+    if any(len(s.ids) != len(common) for s in every):
+        sizes = sorted({len(s.ids) for s in every})
+        asked.notes.append(f"{task}: models were scored on different item sets (sizes {sizes}); "
+                           f"correlating on the {len(common)} items common to all")
+    if len(common) < 2:
+        asked.skipped.append(f"{task}: fewer than 2 items common to all models")
+        return None
+    return common
 
 
 def item_outcomes(run: Run, metric: str = "accuracy") -> dict[str, bool]:
@@ -284,18 +345,20 @@ def _best_own_method(runs: list[Run], metric: str) -> str | None:
     return max(by_method, key=lambda m: float(np.mean(by_method[m])), default=None)
 
 
-def _row(task: str, method: str, tau: float, rho: float, boot_tau: np.ndarray, boot_rho: np.ndarray,
-         n_pairs: int, n_items: int, base: dict[str, float], post: dict[str, float]) -> Correlation:
+def _row(task: str, method: str, point: tuple[float, float], boot: tuple[np.ndarray, np.ndarray],
+         sizes: tuple[int, int], base: dict[str, float], post: dict[str, float]) -> Correlation:
+    """A row from (Kendall tau, Spearman rho), their replicates (``boot``, for the intervals) and the
+    (pairs, items) they were computed over."""
+    (tau, rho), (boot_tau, boot_rho) = point, boot
     t_lo, t_hi = percentile_interval(boot_tau)
     r_lo, r_hi = percentile_interval(boot_rho)
-    return Correlation(task, method, tau, rho, t_lo, t_hi, r_lo, r_hi, n_pairs, n_items, base, post,
-                       boot_tau, boot_rho)
+    return Correlation(task, method, tau, rho, t_lo, t_hi, r_lo, r_hi, *sizes, base, post, boot_tau, boot_rho)
 
 
 def _averages(results: list[Correlation]) -> list[Correlation]:
     """Per method, the mean over tasks; each replicate averages the tasks' replicates."""
     rows = []
-    for m in [m for m in METHODS if any(r.method == m for r in results)]:
+    for m in [m for m in method_names() if any(r.method == m for r in results)]:
         mine = [r for r in results if r.method == m]
         with warnings.catch_warnings():  # all-nan columns: nan is the right answer
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -303,8 +366,8 @@ def _averages(results: list[Correlation]) -> list[Correlation]:
             boot_rho = np.nanmean(np.stack([r.boot_rho for r in mine]), axis=0)
             tau = float(np.nanmean([_nan(r.kendall_tau) for r in mine]))
             rho = float(np.nanmean([_nan(r.spearman_rho) for r in mine]))
-        rows.append(_row("(mean)", m, tau, rho, boot_tau, boot_rho, mine[0].n_pairs,
-                         sum(r.n_items for r in mine), {}, {}))
+        rows.append(_row("(mean)", m, (tau, rho), (boot_tau, boot_rho),
+                         (mine[0].n_pairs, sum(r.n_items for r in mine)), {}, {}))
     return rows
 
 

@@ -1,7 +1,7 @@
 """Tune a trainable part on a task's tuning split: AdamW on that part only, the model's weights frozen.
 
-The part is a soft prompt (lm.softprompt.SoftPrompt, the soft-prompt method) or a LoRA adapter put into
-the model (lm.lora.LoraAdapter, the lora method); the one loop reads of it only its prompt method, the
+The part is a soft prompt (lm.softprompt.SoftPrompt) or a LoRA adapter put into the model (lm.lora.LoraAdapter),
+as the method's spec says (softeval.methods); the one loop reads of it only the
 vectors it puts before the prompt (the soft prompt; none for LoRA), its named tensors and its switch
 between tuning and scoring. The loss is cross-entropy on the target tokens only (the answer in the
 required format, then EOS). Every ``curve_every`` steps the part is scored on a small held-out slice of
@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
+from softeval.methods import ADAPTER, spec_of
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
 from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
 from softeval.run.scoring import score_output
@@ -69,12 +71,12 @@ class TuneConfig:
     tune_dtype: str = RunConfig.tune_dtype
 
     @classmethod
-    def of(cls, run: RunConfig, method: str = "soft-prompt", n_train: int | None = None) -> TuneConfig:
+    def of(cls, run: RunConfig, method: str | None = None, n_train: int | None = None) -> TuneConfig:
         """The tuning options of ``run`` for ``method``: each field that is a run option under the same name,
         ``num_tokens`` (``tokens``), the lora learning rate (``lora_lr``) for lora, and with ``epochs`` the
         steps that many passes over ``n_train`` tuning items take in batches of ``batch_size``."""
         shared = {f.name: getattr(run, f.name) for f in fields(cls) if f.name in OPTIONS}
-        if method == "lora":
+        if method is not None and spec_of(method).trains == ADAPTER:  # an adapter's own learning rate
             shared["lr"] = run.lora_lr
         if run.epochs is not None and n_train is not None:
             shared["steps"] = epoch_steps(run.epochs, n_train, run.batch_size)
@@ -192,7 +194,7 @@ CURVE_MAX_PADDING = 1.25
 
 
 def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Tensor | None, batch_size: int,
-                held_out_loss: bool = False, method: str = "soft-prompt", answer_share: float | None = None) -> dict:
+                held_out_loss: bool = False, method: str | None = None, answer_share: float | None = None) -> dict:
     """Format and accuracy of the held-out slice; with ``held_out_loss`` also its loss, the one tuning
     minimises: the mean target cross-entropy read off the generation's own prefill, or, where
     ``answer_share`` weighs the answer lines, the weighted loss in a pass of its own."""
@@ -213,9 +215,9 @@ def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Ten
     return point
 
 
-def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
+def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,  # noqa: PLR0913
          checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None,
-         name: Spelling = COMMAND_LINE, part=None) -> TuneResult:
+         name: Spelling = COMMAND_LINE, part=None, method: str | None = None) -> TuneResult:
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
@@ -225,110 +227,187 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     (softeval.store.checkpoint). The state records ``identity`` (the run's, from the caller), this config
     and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
     ``name``: how the user wrote the options, for an init refused once the model is loaded.
+    ``method``: the run's method, whose prompt (``prompter.ids(item, method)``) tuning and the held-out slice read.
     """
+    # TODO(issue 61): 12 parameters; checkpoint, identity and log are one thing (where and as what the state is
+    # kept), to be passed as one once run/tuned.py, the caller owned by another change, can pass it.
     started = time.time()
     torch.manual_seed(config.seed)
     if part is None:
-        try:
-            instruction = (prompter.task.instruction or "") if prompter is not None else ""
-            part = SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed, instruction).to(lm.device)
-        except InitRefused as refused:
-            raise init_refusal(refused, name) from None
-    params = part.trainable()
-    optimizer = torch.optim.AdamW(list(params.values()), lr=config.lr, weight_decay=config.weight_decay)
-    tuner = precision.for_tuning(lm, config.tune_dtype)  # lm, or its frozen copy in the tuning dtype
-    plan = batches(len(train), config.batch_size, config.steps, config.seed)
-    prompts = {}
-
-    def pair(i: int) -> tuple[list[int], list[int]]:
-        if i not in prompts:
-            prompts[i] = (prompter.ids(train[i], part.method), prompter.target_ids(train[i], part.method))
-        return prompts[i]
-
-    if config.length_group > 1:
-        plan = length_grouped(plan, lambda i: sum(map(len, pair(i))), config.length_group, config.seed)
-
-    def scored() -> dict:
-        return curve_point(lm, prompter, curve_items, _detached(part.soft), config.eval_batch_size, True,
-                           part.method, config.answer_share)
-
-    curve: list[dict] = []
-    step, last_loss, stopped, early = 0, None, None, None
-    earlier_seconds, resumed_at = 0.0, []
-    identity = {"run": identity, "tune": asdict(config),
-                "items": hashlib.sha256("\n".join(e.id for e in train + curve_items).encode()).hexdigest()}
-    if config.answer_share is not None:  # a checkpoint from before the held-out loss was weighted too lacks this
-        identity["held_out_loss"] = "answer-line weighted"
-    state = checkpoint and ckpt.load(checkpoint, identity, params, optimizer, log or _stderr)
-    if state:
-        step, curve, last_loss = state["step"], state["curve"], state["loss"]
-        earlier_seconds, resumed_at = state["seconds"], state["resumed_at"] + [step]
-
-    def keep(points: list[dict]) -> int:
-        """Checkpoint the state after the last of ``points`` (a killed run resumes from here); its step."""
-        ckpt.save(checkpoint, params, optimizer, identity,
-                  {"step": points[-1]["step"], "loss": points[-1]["loss"], "curve": points,
-                   "seconds": earlier_seconds + time.time() - started, "resumed_at": resumed_at})
-        return points[-1]["step"]
-
-    kept = step if state else None  # the step of the checkpoint on disk
-    if step == 0 and config.curve_every and curve_items and not curve:
-        curve.append({"step": 0, "loss": None, **scored()})
-        if checkpoint:  # the step-0 point generates on every held-out item (minutes on worked solutions): keep it
-            kept = keep(curve)
-    if config.early_stop and 0 < step < config.steps and plateau(curve, len(curve_items)):
-        early = step  # a run that had stopped early at its last checkpoint (killed before it finished)
-    what = "soft prompt" if part.method == "soft-prompt" else "adapter"
+        part = _soft_prompt(lm, prompter, config, name)
+    loop = _Loop(lm, prompter, train, curve_items, config, part, method, checkpoint, started)
+    loop.resume(_state_identity(identity, config, train + curve_items), log or _stderr)
+    loop.first_point()
     # The loss's head is checked once per model (a probe through it): here, with the adapter's dropout off,
     # so that the probe neither sees dropout nor draws from the RNG a resumed run restores.
-    tuning_loss.target_head(tuner)
-    while step < config.steps and early is None:
-        before = StepStart(params, optimizer)
-        try:  # a step is whole or undone: an interrupt (Ctrl-C, SIGTERM) checkpoints the last whole step
-            batch = [pair(i) for i in plan[step]]
-            optimizer.zero_grad(set_to_none=True)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(config, step)
-            part.tuning(tuner.model, True)
-            try:
-                targets = [t for _, t in batch]
-                loss = tuning_loss.target_loss_backward(
-                    tuner, [p for p, _ in batch], targets, part.soft, config.pass_tokens or None,
-                    tuning_loss.answer_line_weights(lm.tokenizer, targets, config.answer_share))
-            finally:
-                part.tuning(tuner.model, False)
-            if not math.isfinite(loss):
-                stopped = f"loss became {loss} at step {step + 1}; kept the {what} of step {step}"
-                break
-            optimizer.step()
-            if not all(torch.isfinite(p).all() for p in params.values()):
-                before.restore(params, optimizer)
-                stopped = f"{what} became non-finite at step {step + 1}; kept the one of step {step}"
-                break
-            point = {"step": step + 1, "loss": loss, "format_rate": None, "accuracy": None}
-            at_point = bool(config.curve_every) and (point["step"] % config.curve_every == 0
-                                                     or point["step"] == config.steps)
-            if curve_items and at_point:
-                point.update(scored())
-                if config.early_stop and point["step"] < config.steps and plateau(curve + [point], len(curve_items)):
-                    early = point["step"]
-            if checkpoint and at_point:  # also without a held-out slice
-                kept = keep(curve + [point])
+    tuning_loss.target_head(loop.tuner)
+    while loop.step < config.steps and loop.early is None and loop.stopped is None:
+        loop.advance(on_step)
+    return loop.result()
+
+
+def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, name: Spelling) -> SoftPrompt:
+    """The soft prompt ``config`` initialises (its init, its tokens, its seed), on the model's device; an init
+    refused once the model is loaded is the user's error, naming the option as ``name`` spells it."""
+    try:
+        instruction = (prompter.task.instruction or "") if prompter is not None else ""
+        return SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed, instruction).to(lm.device)
+    except InitRefused as refused:
+        raise init_refusal(refused, name) from None
+
+
+def _state_identity(run: dict | None, config: TuneConfig, items: list[Example]) -> dict:
+    """What a checkpoint's state is of: the run (``run``, the caller's identity), this config and the tuning and
+    held-out items; a state recorded for anything else is discarded."""
+    identity = {"run": run, "tune": asdict(config),
+                "items": hashlib.sha256("\n".join(e.id for e in items).encode()).hexdigest()}
+    if config.answer_share is not None:  # a checkpoint from before the held-out loss was weighted too lacks this
+        identity["held_out_loss"] = "answer-line weighted"
+    return identity
+
+
+@dataclass
+class _Loop:
+    """One tuning run's state between steps: the part, its optimizer and the plan of batches; the curve so far,
+    the step reached and why tuning stopped (``stopped``: a non-finite loss or part; ``early``: early stop's step);
+    the checkpoint on disk (``kept``: its step)."""
+
+    lm: LoadedModel
+    prompter: Any
+    train: list[Example]
+    curve_items: list[Example]
+    config: TuneConfig
+    part: Any  # the trainable part: a SoftPrompt, or a LoRA adapter in lm.model (lm.lora)
+    method: str | None  # the run's method: the prompts tuned and scored on are its own (prompter.ids)
+    checkpoint: Path | None
+    started: float  # time.time() when tuning started
+    curve: list[dict] = field(default_factory=list)
+    step: int = 0
+    last_loss: float | None = None
+    stopped: str | None = None
+    early: int | None = None
+    earlier_seconds: float = 0.0
+    resumed_at: list[int] = field(default_factory=list)
+    kept: int | None = None
+    identity: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        self.params = self.part.trainable()
+        self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr, weight_decay=config.weight_decay)
+        self.tuner = precision.for_tuning(self.lm, config.tune_dtype)  # lm, or its frozen copy in the tuning dtype
+        self.plan = batches(len(self.train), config.batch_size, config.steps, config.seed)
+        self.prompts: dict[int, tuple[list[int], list[int]]] = {}
+        if config.length_group > 1:
+            self.plan = length_grouped(self.plan, lambda i: sum(map(len, self.pair(i))), config.length_group,
+                                       config.seed)
+        self.what = "soft prompt" if isinstance(self.part, SoftPrompt) else "adapter"  # in the stop's words
+
+    def pair(self, i: int) -> tuple[list[int], list[int]]:
+        """The prompt and target token ids of tuning item ``i`` (encoded once)."""
+        if i not in self.prompts:
+            item = self.train[i]
+            self.prompts[i] = (self.prompter.ids(item, self.method), self.prompter.target_ids(item, self.method))
+        return self.prompts[i]
+
+    def scored(self) -> dict:
+        """The held-out slice's curve point with the part as it is now."""
+        return curve_point(self.lm, self.prompter, self.curve_items, _detached(self.part.soft),
+                           self.config.eval_batch_size, True, self.method, self.config.answer_share)
+
+    def resume(self, identity: dict, log: Callable[[str], None]) -> None:
+        """Continue from the checkpoint's state where one of ``identity`` is there (``log`` says why one is not)."""
+        self.identity = identity
+        state = self.checkpoint and ckpt.load(self.checkpoint, identity, self.params, self.optimizer, log)
+        if state:
+            self.step, self.curve, self.last_loss = state["step"], state["curve"], state["loss"]
+            self.earlier_seconds, self.resumed_at = state["seconds"], state["resumed_at"] + [self.step]
+            self.kept = self.step
+
+    def keep(self, points: list[dict]) -> int:
+        """Checkpoint the state after the last of ``points`` (a killed run resumes from here); its step."""
+        ckpt.save(self.checkpoint, self.params, self.optimizer, self.identity,
+                  {"step": points[-1]["step"], "loss": points[-1]["loss"], "curve": points,
+                   "seconds": self.earlier_seconds + time.time() - self.started, "resumed_at": self.resumed_at})
+        return points[-1]["step"]
+
+    def first_point(self) -> None:
+        """Step 0's curve point on a fresh start, and early stop's verdict on a resumed one."""
+        config = self.config
+        if self.step == 0 and config.curve_every and self.curve_items and not self.curve:
+            self.curve.append({"step": 0, "loss": None, **self.scored()})
+            if self.checkpoint:  # the step-0 point generates on every held-out item (minutes on worked solutions)
+                self.kept = self.keep(self.curve)
+        if config.early_stop and 0 < self.step < config.steps and plateau(self.curve, len(self.curve_items)):
+            self.early = self.step  # a run that had stopped early at its last checkpoint (killed before it finished)
+
+    def advance(self, on_step) -> None:
+        """One step, whole or undone: an interrupt (Ctrl-C, SIGTERM) checkpoints the last whole step."""
+        before = StepStart(self.params, self.optimizer)
+        try:
+            point = self.update(before)
+            if point is None:
+                return
+            self.at_curve_point(point)
             if on_step:
                 on_step(point)
         except KeyboardInterrupt:
-            if checkpoint and curve and (kept is None or curve[-1]["step"] > kept):  # whole steps not yet kept
-                before.restore(params, optimizer)
-                keep(curve)
+            if self.checkpoint and self.curve and (self.kept is None or self.curve[-1]["step"] > self.kept):
+                before.restore(self.params, self.optimizer)  # whole steps not yet kept
+                self.keep(self.curve)
             raise
-        step, last_loss = point["step"], loss
-        curve.append(point)
+        self.step, self.last_loss = point["step"], point["loss"]
+        self.curve.append(point)
 
-    return TuneResult(part if isinstance(part, SoftPrompt) else None, curve, step,
-                      last_loss if last_loss is None or math.isfinite(last_loss) else None,
-                      stopped, earlier_seconds + time.time() - started,
-                      {**asdict(config), "tune_dtype_ran": precision.dtype_name(precision.model_dtype(tuner))},
-                      resumed_at, early, sum(p.numel() for p in params.values()))
+    def update(self, before: StepStart) -> dict | None:
+        """The step's optimizer update and its point (step, loss); None, with ``stopped`` saying why, where the
+        loss or the part became non-finite (the part then is the one of the step before, ``before``)."""
+        loss = self.loss_backward()
+        if not math.isfinite(loss):
+            self.stopped = f"loss became {loss} at step {self.step + 1}; kept the {self.what} of step {self.step}"
+            return None
+        self.optimizer.step()
+        if not all(torch.isfinite(p).all() for p in self.params.values()):
+            before.restore(self.params, self.optimizer)
+            self.stopped = f"{self.what} became non-finite at step {self.step + 1}; kept the one of step {self.step}"
+            return None
+        return {"step": self.step + 1, "loss": loss, "format_rate": None, "accuracy": None}
+
+    def loss_backward(self) -> float:
+        """The loss of this step's batch, its gradients accumulated, at this step's learning rate."""
+        batch = [self.pair(i) for i in self.plan[self.step]]
+        self.optimizer.zero_grad(set_to_none=True)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.config, self.step)
+        self.part.tuning(self.tuner.model, True)
+        try:
+            targets = [t for _, t in batch]
+            return tuning_loss.target_loss_backward(
+                self.tuner, [p for p, _ in batch], targets, self.part.soft, self.config.pass_tokens or None,
+                tuning_loss.answer_line_weights(self.lm.tokenizer, targets, self.config.answer_share))
+        finally:
+            self.part.tuning(self.tuner.model, False)
+
+    def at_curve_point(self, point: dict) -> None:
+        """At a curve point: the held-out slice scored into ``point``, early stop's verdict, the checkpoint."""
+        config, step = self.config, point["step"]
+        if not (config.curve_every and (step % config.curve_every == 0 or step == config.steps)):
+            return
+        if self.curve_items:
+            point.update(self.scored())
+            if config.early_stop and step < config.steps and plateau(self.curve + [point], len(self.curve_items)):
+                self.early = step
+        if self.checkpoint:  # also without a held-out slice
+            self.kept = self.keep(self.curve + [point])
+
+    def result(self) -> TuneResult:
+        last = self.last_loss
+        return TuneResult(self.part if isinstance(self.part, SoftPrompt) else None, self.curve, self.step,
+                          last if last is None or math.isfinite(last) else None,
+                          self.stopped, self.earlier_seconds + time.time() - self.started,
+                          {**asdict(self.config),
+                           "tune_dtype_ran": precision.dtype_name(precision.model_dtype(self.tuner))},
+                          self.resumed_at, self.early, sum(p.numel() for p in self.params.values()))
 
 
 class StepStart:
