@@ -43,7 +43,10 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 from bench_speed_peers import (  # benchmarks/bench_speed_peers.py, beside this script
+    Items,
     LmEvalSide,
+    Timing,
+    TuneSection,
     bench_generation,
     bench_loglik,
     bench_tuning,
@@ -100,9 +103,10 @@ def _ablation(rows: list, label: str, on, off, rounds: int, detail: str) -> floa
     return t_off / t_on
 
 
-def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
+def ablation_prefix(lm, what: Items, batch_size: int, rows) -> float:
     """softeval with and without the shared-prefix cache (is the cache worth keeping?)."""
-    seqs = [prompter.ids(e, method) for e in items]
+    task, method = what.task, what.method
+    seqs = [what.prompter.ids(e, method) for e in what.items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
     return _ablation(rows, f"ablation {task.name} {method}: prefix cache on/off",
                      lambda: generation.generate(lm, seqs, prefix_cache=None, **kw).texts,
@@ -110,11 +114,13 @@ def ablation_prefix(lm, task, prompter, items, method, batch_size, rows):
                      f"shared {batching.common_prefix_len(seqs)} of ~{sum(map(len, seqs)) // len(seqs)} tokens")
 
 
-def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, method, batch_size, rows):
-    """softeval's generation with a speed path's module flag on and off (``kv_cache.GROWING_CACHE``:
-    its in-place growing KV cache vs transformers' DynamicCache; ``skinny.ENABLED``: few-row
-    linears as W @ x^T vs F.linear)."""
-    seqs = [prompter.ids(e, method) for e in items]
+def ablation_switch(switch: tuple, lm, what: Items, batch_size: int, rows) -> float:
+    """softeval's generation with a speed path's module flag on and off (``switch``: the module, the flag's name
+    and what it does; ``kv_cache.GROWING_CACHE``: its in-place growing KV cache vs transformers' DynamicCache;
+    ``skinny.ENABLED``: few-row linears as W @ x^T vs F.linear)."""
+    owner, flag, label = switch
+    task, method = what.task, what.method
+    seqs = [what.prompter.ids(e, method) for e in what.items]
     kw = {"max_new_tokens": task.max_new_tokens, "stop": task.stop, "batch_size": batch_size}
 
     default = getattr(owner, flag)
@@ -126,11 +132,11 @@ def ablation_switch(owner, flag: str, what: str, lm, task, prompter, items, meth
         finally:
             setattr(owner, flag, default)
 
-    return _ablation(rows, f"ablation {task.name} {method}: {what}", lambda: run(True), lambda: run(False), 2,
+    return _ablation(rows, f"ablation {task.name} {method}: {label}", lambda: run(True), lambda: run(False), 2,
                      f"{len(seqs)} items, max_new_tokens {kw['max_new_tokens']}")
 
 
-def main(argv=None) -> int:
+def arguments(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the full mode's first round, no ablations (MODES)")
     ap.add_argument("--rounds", type=int, default=0, help="interleaved rounds per section (default: the mode's)")
@@ -143,95 +149,129 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=10, help="soft prompt length for the tuning section")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: tune,generate,loglik,ablation")
     ap.add_argument("--json-out", default=None, help="also write the JSON to this file")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
     mode = "quick" if args.quick else "full"
     cfg = dict(MODES[mode])
     cfg["rounds"] = args.rounds or cfg["rounds"]
     skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    started = time.time()
-    rows: list[tuple[str, str, str]] = Rows()
-    result: dict = {"mode": mode, "model": args.model, "batch_size": args.batch_size, "threads": args.threads,
-                    "rounds": cfg["rounds"], "spread": {}}
-
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    result.update(device=str(lm.device), dtype=str(next(lm.model.parameters()).dtype).replace("torch.", ""))
-    log(f"loaded {args.model} on {lm.device} in {lm.load_seconds:.1f}s")
-    chat = use_chat_template(lm, "auto")
-    tasks = {name: get_task(name) for name in ("mmlu", "gsm8k")}
-    splits = {name: t.load("offline") for name, t in tasks.items()}
-    prompters = {name: Prompter(lm, tasks[name], chat, pick_shots(splits[name].tune, args.shots, 0))
-                 for name in tasks}
-    items = {"mmlu": seeded_subset(splits["mmlu"].eval, cfg["mmlu"], 0),
-             "gsm8k": seeded_subset(splits["gsm8k"].eval, cfg["gsm8k"], 0)}
-
+    run = SpeedRun(args, cfg, mode)
     if "tune" not in skip:
-        log(f"tuning: softeval vs PEFT ({time.time() - started:.0f}s)")
-        train = splits["mmlu"].tune
-        result["tune_items"] = len(train)
-        bench_tuning(lm, prompters["mmlu"], train, cfg["tune_steps"], args.batch_size, args.tokens,
-                     rows, result, window=cfg["group_window"], ablations=cfg["tune_ablations"], rounds=cfg["rounds"])
+        run.tuning()
     else:
-        result["peak_rss_gib"] = None
-
+        run.result["peak_rss_gib"] = None
     with tempfile.TemporaryDirectory(prefix="softeval-bench-") as tmp:
-        side = LmEvalSide(lm, args.batch_size, Path(tmp))
-        gen: dict = {}
+        side = LmEvalSide(run.lm, args.batch_size, Path(tmp))
         if "generate" not in skip:
-            flip = False
-            for name in ("mmlu", "gsm8k"):
-                for method in ("zero-shot", "few-shot"):
-                    log(f"generate: {name} {method} ({time.time() - started:.0f}s)")
-                    gen[(name, method)] = bench_generation(lm, side, tasks[name], prompters[name], items[name], method,
-                                                           args.batch_size, cfg["rounds"], flip, rows)
-                    flip = not flip
-            for method, key in (("zero-shot", "zeroshot"), ("few-shot", "fewshot")):
-                for suffix, names in (("", ("mmlu", "gsm8k")), ("_mmlu", ("mmlu",)), ("_gsm8k", ("gsm8k",))):
-                    ratios = spread(round_ratios([gen[(n, method)] for n in names]))
-                    result[f"{key}_speedup_vs_lmeval{suffix}"] = ratios["median"]
-                    result["spread"][f"{key}_speedup_vs_lmeval{suffix}"] = ratios
-            all_parts = list(gen.values())
-            n_items = sum(p["n"] for p in all_parts)
-            result["output_agreement"] = round(sum(p["same"] for p in all_parts) / n_items, 4)
-            for who in ("softeval", "lmeval"):
-                result[f"accuracy_{who}"] = {f"{n}/{m}": round(p[f"correct_{who}"] / p["n"], 4)
-                                              for (n, m), p in gen.items()}
-            result["mismatch_examples"] = {f"{n}/{m}": p["mismatch_examples"] for (n, m), p in gen.items()
-                                           if p["mismatch_examples"]}
+            run.generation(side)
         if "loglik" not in skip:
-            ll_items = seeded_subset(splits["mmlu"].eval, cfg["loglik"], 0)
-            ll = {}
-            for k, method in enumerate(("zero-shot", "few-shot")):
-                log(f"loglik: mmlu {method} ({time.time() - started:.0f}s)")
-                ll[method] = bench_loglik(lm, side, tasks["mmlu"], prompters["mmlu"], ll_items, method,
-                                          args.batch_size, cfg["rounds"], bool(k), rows)
-            for suffix, parts in (("", list(ll.values())), *((f"_{m}", [p]) for m, p in ll.items())):
-                ratios = spread(round_ratios(parts))
-                result[f"loglik_speedup_vs_lmeval{suffix}"] = ratios["median"]
-                result["spread"][f"loglik_speedup_vs_lmeval{suffix}"] = ratios
-            result["loglik_accuracy_softeval"] = {m: round(p["acc_softeval"], 4) for m, p in ll.items()}
-            result["loglik_accuracy_lmeval"] = {m: round(p["acc_lmeval"], 4) for m, p in ll.items()}
-            result["loglik_same_argmax"] = round(sum(p["same_pick"] for p in ll.values())
-                                                 / sum(p["n"] for p in ll.values()), 4)
+            run.loglik(side)
     if "ablation" not in skip and cfg["ablation"]:  # the ablations are in the full mode only
-        log(f"ablation: prefix cache ({time.time() - started:.0f}s)")
-        result["prefix_cache_gain"] = {
-            f"{name}/{method}": round(ablation_prefix(lm, tasks[name], prompters[name],
-                                                      items[name][:cfg["ablation_items"]], method, args.batch_size,
-                                                      rows), 3)
+        run.ablations()
+    run.result["seconds"] = round(time.time() - run.started, 1)
+    run.result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
+                            f"torch={torch.__version__} threads={args.threads}".strip()
+    report(run.rows, run.result, args.json_out)
+    return 0
+
+
+class SpeedRun:
+    """One run of the benchmark: the model, the two tasks with their prompters and items, the table's rows and the
+    JSON ``result``, in the mode ``cfg``; a method per section."""
+
+    def __init__(self, args: argparse.Namespace, cfg: dict, mode: str) -> None:
+        self.args, self.cfg = args, cfg
+        self.started = time.time()
+        self.rows: list[tuple[str, str, str]] = Rows()
+        self.result: dict = {"mode": mode, "model": args.model, "batch_size": args.batch_size,
+                             "threads": args.threads, "rounds": cfg["rounds"], "spread": {}}
+        self.timing = Timing(args.batch_size, cfg["rounds"], self.rows)
+        lm = self.lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        self.result.update(device=str(lm.device), dtype=str(next(lm.model.parameters()).dtype).replace("torch.", ""))
+        log(f"loaded {args.model} on {lm.device} in {lm.load_seconds:.1f}s")
+        chat = use_chat_template(lm, "auto")
+        self.tasks = {name: get_task(name) for name in ("mmlu", "gsm8k")}
+        self.splits = {name: t.load("offline") for name, t in self.tasks.items()}
+        self.prompters = {name: Prompter(lm, self.tasks[name], chat, pick_shots(self.splits[name].tune, args.shots, 0))
+                          for name in self.tasks}
+        self.items = {"mmlu": seeded_subset(self.splits["mmlu"].eval, cfg["mmlu"], 0),
+                      "gsm8k": seeded_subset(self.splits["gsm8k"].eval, cfg["gsm8k"], 0)}
+
+    def since(self) -> str:
+        return f"({time.time() - self.started:.0f}s)"
+
+    def section(self, name: str, method: str, items=None) -> Items:
+        """The items of task ``name`` for ``method`` (``items``: others than the generation sections')."""
+        return Items(self.tasks[name], self.prompters[name], self.items[name] if items is None else items, method)
+
+    def tuning(self) -> None:
+        log(f"tuning: softeval vs PEFT {self.since()}")
+        train = self.splits["mmlu"].tune
+        self.result["tune_items"] = len(train)
+        bench_tuning(self.lm, self.prompters["mmlu"], train, self.timing, self.result,
+                     TuneSection(self.cfg["tune_steps"], self.args.tokens, self.cfg["group_window"],
+                                 self.cfg["tune_ablations"]))
+
+    def generation(self, side: LmEvalSide) -> None:
+        result, gen = self.result, {}
+        flip = False
+        for name in ("mmlu", "gsm8k"):
+            for method in ("zero-shot", "few-shot"):
+                log(f"generate: {name} {method} {self.since()}")
+                gen[(name, method)] = bench_generation(self.lm, side, self.section(name, method), self.timing, flip)
+                flip = not flip
+        for method, key in (("zero-shot", "zeroshot"), ("few-shot", "fewshot")):
+            for suffix, names in (("", ("mmlu", "gsm8k")), ("_mmlu", ("mmlu",)), ("_gsm8k", ("gsm8k",))):
+                ratios = spread(round_ratios([gen[(n, method)] for n in names]))
+                result[f"{key}_speedup_vs_lmeval{suffix}"] = ratios["median"]
+                result["spread"][f"{key}_speedup_vs_lmeval{suffix}"] = ratios
+        all_parts = list(gen.values())
+        n_items = sum(p["n"] for p in all_parts)
+        result["output_agreement"] = round(sum(p["same"] for p in all_parts) / n_items, 4)
+        for who in ("softeval", "lmeval"):
+            result[f"accuracy_{who}"] = {f"{n}/{m}": round(p[f"correct_{who}"] / p["n"], 4)
+                                          for (n, m), p in gen.items()}
+        result["mismatch_examples"] = {f"{n}/{m}": p["mismatch_examples"] for (n, m), p in gen.items()
+                                       if p["mismatch_examples"]}
+
+    def loglik(self, side: LmEvalSide) -> None:
+        result, ll = self.result, {}
+        ll_items = seeded_subset(self.splits["mmlu"].eval, self.cfg["loglik"], 0)
+        for k, method in enumerate(("zero-shot", "few-shot")):
+            log(f"loglik: mmlu {method} {self.since()}")
+            ll[method] = bench_loglik(self.lm, side, self.section("mmlu", method, ll_items), self.timing, bool(k))
+        for suffix, parts in (("", list(ll.values())), *((f"_{m}", [p]) for m, p in ll.items())):
+            ratios = spread(round_ratios(parts))
+            result[f"loglik_speedup_vs_lmeval{suffix}"] = ratios["median"]
+            result["spread"][f"loglik_speedup_vs_lmeval{suffix}"] = ratios
+        result["loglik_accuracy_softeval"] = {m: round(p["acc_softeval"], 4) for m, p in ll.items()}
+        result["loglik_accuracy_lmeval"] = {m: round(p["acc_lmeval"], 4) for m, p in ll.items()}
+        result["loglik_same_argmax"] = round(sum(p["same_pick"] for p in ll.values())
+                                             / sum(p["n"] for p in ll.values()), 4)
+
+    def ablations(self) -> None:
+        cfg, batch_size = self.cfg, self.args.batch_size
+        log(f"ablation: prefix cache {self.since()}")
+        self.result["prefix_cache_gain"] = {
+            f"{name}/{method}": round(ablation_prefix(
+                self.lm, self.section(name, method, self.items[name][:cfg["ablation_items"]]), batch_size,
+                self.rows), 3)
             for name, method in cfg["ablation"]}
         for key, owner, flag, what in (
                 ("growing_cache_gain", kv_cache, "GROWING_CACHE", "growing cache vs DynamicCache"),
                 ("skinny_linear_gain", skinny, "ENABLED", "W @ x^T vs F.linear on few rows")):
-            log(f"ablation: {what} ({time.time() - started:.0f}s)")
-            result[key] = round(ablation_switch(owner, flag, what, lm, tasks["gsm8k"], prompters["gsm8k"],
-                                                items["gsm8k"][:cfg["ablation_items"]], "zero-shot",
-                                                args.batch_size, rows), 3)
-    result["seconds"] = round(time.time() - started, 1)
-    result["machine"] = f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} " \
-                        f"torch={torch.__version__} threads={args.threads}".strip()
+            log(f"ablation: {what} {self.since()}")
+            gsm8k = self.section("gsm8k", "zero-shot", self.items["gsm8k"][:cfg["ablation_items"]])
+            self.result[key] = round(ablation_switch((owner, flag, what), self.lm, gsm8k, batch_size, self.rows), 3)
 
+
+def report(rows: list, result: dict, json_out: str | None) -> None:
+    """The table, each target met or missed, then the JSON line (also written to ``json_out``)."""
     width = max(len(r[0]) for r in rows) if rows else 10
     print(f"{'what':<{width}}  {'speed':>16}  notes")
     for what, speed, note in rows:
@@ -245,10 +285,9 @@ def main(argv=None) -> int:
         rss = result["peak_rss_gib"]
         print(f"target peak_rss_gib <= 3: {rss} {'met' if rss <= 3 else 'MISSED'}")
     line = json.dumps(result, sort_keys=True)
-    if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
+    if json_out:
+        Path(json_out).write_text(line + "\n")
     print(line)
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ import json
 import logging
 import resource
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from perf import Shape, matmul_peak, tuning_step_flops  # benchmarks/perf.py, beside this script
@@ -120,75 +122,144 @@ def round_ratios(parts: list[dict]) -> list[float]:
 
 # ---- sections --------------------------------------------------------------------------------
 
-def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int, rows: list, result: dict,
-                 window: int = 4, ablations: bool = True, rounds: int = 1):
+@dataclass
+class Timing:
+    """What every section shares: the batch size of both sides, the interleaved rounds and the table's rows."""
+
+    batch_size: int
+    rounds: int
+    rows: list
+
+
+@dataclass
+class Items:
+    """What a generation or log-likelihood section compares on: a task, its prompter, the items and the method
+    whose prompts they get."""
+
+    task: Any
+    prompter: Any
+    items: list
+    method: str
+
+
+@dataclass
+class TuneSection:
+    """The tuning section's settings: ``steps`` per round, the soft prompt's ``n_tokens``, the length-grouping
+    ``window`` and whether the ablations run (full mode)."""
+
+    steps: int
+    n_tokens: int
+    window: int = 4
+    ablations: bool = True
+
+
+def bench_tuning(lm, prompter, train, timing: Timing, result: dict, how: TuneSection):
     """softeval's tuning step against PEFT's; ``rounds`` x ``steps`` distinct batches of the seeded
     plan (the first ones: the same in quick and full mode), interleaved step by step."""
     from peft import PromptTuningConfig, get_peft_model
 
-    plan = tune_batches(len(train), batch_size, steps * rounds + 1, seed=0)
-    pairs = {i: (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i])) for b in plan for i in b}
-    lengths = lambda i: len(pairs[i][0]) + len(pairs[i][1])
-    grouped = length_grouped(plan[:steps], lengths, window=window, seed=0)  # same items as plan[:steps]
-
-    soft = SoftPrompt.initialise(lm, n_tokens, "vocab", 0).to(lm.device)
-    opt = torch.optim.AdamW([soft.weight], lr=3e-2)
-    # what `softeval run` tunes on (--tune-dtype auto): the model in the run's dtype; PEFT gets
-    # the same weights, so the comparison is of the two tuning loops in one dtype
-    tuner = precision.for_tuning(lm, "auto")
-
-    def se_step(batch, max_pass_tokens=None):
-        opt.zero_grad(set_to_none=True)
-        loss = tuning_loss.target_loss_backward(tuner, [pairs[i][0] for i in batch], [pairs[i][1] for i in batch],
-                                                soft.weight, max_pass_tokens)
-        opt.step()
-        return loss
-
-    budget = memory.tuning_pass_tokens(tuner)
-
-    def pad_stats(p):  # real and padded tokens of the forward passes (a batch split as the engine splits it)
-        real = sum(lengths(i) for b in p for i in b)
-        padded = 0
-        for b in p:
-            for rows in batching.tuning_passes([lengths(i) for i in b], budget):
-                padded += max(lengths(b[r]) for r in rows) * len(rows)
-        return real, padded
-
+    steps, rounds = how.steps, timing.rounds
+    ours = _SoftevalTuning(lm, prompter, train, how, timing)
     # softeval alone first: warm-up, then the first interleaved step (softeval goes first at k = 0),
     # timed here so that softeval's peak RSS is read before any PEFT step or ablation; then (full
     # mode) the ablations: seeded plan vs length-grouped plan, and the whole batch in one pass.
-    se_step(plan[-1])  # warm-up
+    ours.step(ours.plan[-1])  # warm-up
     t_se, t_peft = [0.0] * rounds, [0.0] * rounds
-    _, t_se[0] = timed(lambda: se_step(plan[0]))
+    _, t_se[0] = timed(lambda: ours.step(ours.plan[0]))
     result["peak_rss_gib"] = round(rss_gib(), 3)
-    real, padded = pad_stats(plan[:steps * rounds])
-    result["tune_pass_tokens"] = budget
+    real, padded = ours.pad_stats(ours.plan[:steps * rounds])
+    result["tune_pass_tokens"] = ours.budget
     result["tune_tokens"] = {"real": real, "padded": padded}
-    if ablations:
-        _, t_plain = timed(lambda: [se_step(b) for b in plan[:steps]])
-        real_p, padded_p = pad_stats(plan[:steps])
-        rows.append(("tune: softeval, seeded plan", f"{steps / t_plain:.3f} steps/s",
-                     f"tokens {real_p}, padded {padded_p}"))
-        _, t_grouped = timed(lambda: [se_step(b) for b in grouped[:steps]])
-        real_g, padded_g = pad_stats(grouped[:steps])
-        rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
-                     f"tokens {real_g}, padded {padded_g}"))
-        result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
-        _, t_whole = timed(lambda: [se_step(b, max_pass_tokens=10**9) for b in plan[:steps]])
-        rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
-                     f"padded {sum(max(lengths(i) for i in b) * len(b) for b in plan[:steps])}; "
-                     "not the default: memory grows with batch x longest row"))
-        result["tune_split_gain"] = round(t_whole / t_plain, 3)
+    if how.ablations:
+        _tuning_ablations(ours, steps, timing.rows, result)
 
     # Phase 2: PEFT vs softeval, interleaved step by step, same batches (the seeded plan).
-    peft_model = get_peft_model(tuner.model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n_tokens))
-    peft_opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=3e-2)
-    pad = lm.pad_id
+    theirs = _PeftTuning(get_peft_model(ours.tuner.model, PromptTuningConfig(task_type="CAUSAL_LM",
+                                                                             num_virtual_tokens=how.n_tokens)),
+                         lm.pad_id, ours)
+    theirs.model.train()
+    theirs.step(ours.plan[-1])  # warm-up
+    n = steps * rounds
+    _interleaved_steps(ours, theirs, ours.plan[:n], steps, (t_se, t_peft))
+    timing.rows.append(("tune: softeval (interleaved)", f"{n / sum(t_se):.3f} steps/s",
+                        f"tokens {real}, padded {padded}"))
+    timing.rows.append(("tune: PEFT PromptTuning, full-logit CE", f"{n / sum(t_peft):.3f} steps/s", ""))
+    ratios = spread([p / s for p, s in zip(t_peft, t_se)])
+    result["tune_speedup_vs_peft"] = ratios["median"]
+    result.setdefault("spread", {})["tune_speedup_vs_peft"] = ratios
+    result["tune_steps_per_s"] = {"softeval": round(n / sum(t_se), 4), "peft": round(n / sum(t_peft), 4)}
+    _tuning_mfu(lm, ours, sum(t_se), (ours.plan[:n], how.n_tokens), timing.rows, result)
+    _release(lm, ours, theirs)
 
-    def peft_step(batch):
+
+class _SoftevalTuning:
+    """softeval's side of the tuning section: the seeded plan of ``rounds`` x ``steps`` + 1 batches (and its first
+    ``steps`` grouped by length), each item's prompt and target ids, the soft prompt and its AdamW."""
+
+    def __init__(self, lm, prompter, train, how: TuneSection, timing: Timing) -> None:
+        self.plan = tune_batches(len(train), timing.batch_size, how.steps * timing.rounds + 1, seed=0)
+        self.pairs = {i: (prompter.ids(train[i], "soft-prompt"), prompter.target_ids(train[i]))
+                      for b in self.plan for i in b}
+        self.grouped = length_grouped(self.plan[:how.steps], self.length, window=how.window, seed=0)  # same items
+        self.soft = SoftPrompt.initialise(lm, how.n_tokens, "vocab", 0).to(lm.device)
+        self.opt = torch.optim.AdamW([self.soft.weight], lr=3e-2)
+        # what `softeval run` tunes on (--tune-dtype auto): the model in the run's dtype; PEFT gets
+        # the same weights, so the comparison is of the two tuning loops in one dtype
+        self.tuner = precision.for_tuning(lm, "auto")
+        self.budget = memory.tuning_pass_tokens(self.tuner)
+
+    def length(self, i: int) -> int:
+        return len(self.pairs[i][0]) + len(self.pairs[i][1])
+
+    def step(self, batch, max_pass_tokens=None):
+        self.opt.zero_grad(set_to_none=True)
+        loss = tuning_loss.target_loss_backward(self.tuner, [self.pairs[i][0] for i in batch],
+                                                [self.pairs[i][1] for i in batch], self.soft.weight, max_pass_tokens)
+        self.opt.step()
+        return loss
+
+    def pad_stats(self, plan) -> tuple[int, int]:
+        """Real and padded tokens of the forward passes (a batch split as the engine splits it)."""
+        real = sum(self.length(i) for b in plan for i in b)
+        padded = 0
+        for b in plan:
+            for rows in batching.tuning_passes([self.length(i) for i in b], self.budget):
+                padded += max(self.length(b[r]) for r in rows) * len(rows)
+        return real, padded
+
+
+def _tuning_ablations(ours: _SoftevalTuning, steps: int, rows: list, result: dict) -> None:
+    """softeval's tuning on the seeded plan, the length-grouped plan and with the whole batch in one pass."""
+    plan = ours.plan[:steps]
+    _, t_plain = timed(lambda: [ours.step(b) for b in plan])
+    real_p, padded_p = ours.pad_stats(plan)
+    rows.append(("tune: softeval, seeded plan", f"{steps / t_plain:.3f} steps/s",
+                 f"tokens {real_p}, padded {padded_p}"))
+    _, t_grouped = timed(lambda: [ours.step(b) for b in ours.grouped[:steps]])
+    real_g, padded_g = ours.pad_stats(ours.grouped[:steps])
+    rows.append(("tune: softeval, length-grouped plan", f"{steps / t_grouped:.3f} steps/s",
+                 f"tokens {real_g}, padded {padded_g}"))
+    result["tune_grouping_gain"] = round(t_plain / t_grouped, 3)
+    _, t_whole = timed(lambda: [ours.step(b, max_pass_tokens=10**9) for b in plan])
+    rows.append(("tune: softeval, whole batch in one pass", f"{steps / t_whole:.3f} steps/s",
+                 f"padded {sum(max(ours.length(i) for i in b) * len(b) for b in plan)}; "
+                 "not the default: memory grows with batch x longest row"))
+    result["tune_split_gain"] = round(t_whole / t_plain, 3)
+
+
+class _PeftTuning:
+    """PEFT's side: its prompt-tuning wrapper (``model``) on softeval's tuning weights, right-padded rows with
+    ``labels`` (-100 on prompt and pads), full-vocabulary logits and cross-entropy."""
+
+    def __init__(self, model, pad: int, ours: _SoftevalTuning) -> None:
+        self.model, self.pad, self.ours = model, pad, ours
+        self.opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-2)
+
+    def step(self, batch):
+        pairs, device = self.ours.pairs, self.ours.tuner.device
         seqs = [pairs[i][0] + pairs[i][1] for i in batch]
         width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
         labels = torch.full_like(ids, -100)
         for r, i in enumerate(batch):
@@ -196,46 +267,50 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
             ids[r, :len(s)] = torch.tensor(s)
             mask[r, :len(s)] = 1
             labels[r, len(pairs[i][0]):len(s)] = torch.tensor(pairs[i][1])
-        out = peft_model(input_ids=ids.to(tuner.device), attention_mask=mask.to(tuner.device),
-                         labels=labels.to(tuner.device))
-        peft_opt.zero_grad(set_to_none=True)
+        out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+        self.opt.zero_grad(set_to_none=True)
         out.loss.backward()
-        peft_opt.step()
+        self.opt.step()
         return float(out.loss.detach())
 
-    peft_model.train()
-    peft_step(plan[-1])  # warm-up
-    for k, b in enumerate(plan[:steps * rounds]):
-        order = [(se_step, 0), (peft_step, 1)] if k % 2 == 0 else [(peft_step, 1), (se_step, 0)]
+
+def _interleaved_steps(ours: _SoftevalTuning, theirs: _PeftTuning, plan, steps: int, seconds) -> None:
+    """Both sides on each batch of ``plan``, alternating which goes first; into ``seconds`` (softeval's, PEFT's)
+    each round's (``steps`` batches a round). softeval's first step was timed alone before."""
+    for k, b in enumerate(plan):
+        order = [(ours.step, 0), (theirs.step, 1)] if k % 2 == 0 else [(theirs.step, 1), (ours.step, 0)]
         for fn, side in order:
             if k == 0 and side == 0:
                 continue  # timed above
             _, dt = timed(lambda fn=fn, b=b: fn(b))
-            (t_se if side == 0 else t_peft)[k // steps] += dt
-    n = steps * rounds
-    rows.append(("tune: softeval (interleaved)", f"{n / sum(t_se):.3f} steps/s", f"tokens {real}, padded {padded}"))
-    rows.append(("tune: PEFT PromptTuning, full-logit CE", f"{n / sum(t_peft):.3f} steps/s", ""))
-    ratios = spread([p / s for p, s in zip(t_peft, t_se)])
-    result["tune_speedup_vs_peft"] = ratios["median"]
-    result.setdefault("spread", {})["tune_speedup_vs_peft"] = ratios
-    result["tune_steps_per_s"] = {"softeval": round(n / sum(t_se), 4), "peft": round(n / sum(t_peft), 4)}
-    # tune_mfu: model FLOPs of softeval's steps (forward + activation backward over the real tokens)
-    # per second, against a square matmul's FLOP/s measured now, in the dtype tuning ran in (and the other).
+            seconds[side][k // steps] += dt
+
+
+def _tuning_mfu(lm, ours: _SoftevalTuning, seconds: float, timed_plan, rows: list, result: dict) -> None:
+    """tune_mfu: model FLOPs of softeval's steps (``timed_plan``: the batches timed and the soft prompt's length;
+    forward + activation backward over the real tokens) per second, against a square matmul's FLOP/s measured
+    now, in the dtype tuning ran in (and the other)."""
+    plan, n_tokens = timed_plan
     shape = Shape.of(lm.model.config)
-    flops = sum(tuning_step_flops(shape, [(lengths(i) + n_tokens, len(pairs[i][1])) for i in b])
-                for b in plan[:n])
+    flops = sum(tuning_step_flops(shape, [(ours.length(i) + n_tokens, len(ours.pairs[i][1])) for i in b])
+                for b in plan)
     peak = {name: matmul_peak(lm.device, dt, seconds=1.0) for name, dt in
             (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
-    dtype = precision.dtype_name(precision.model_dtype(tuner))
-    achieved = flops / sum(t_se)
+    dtype = precision.dtype_name(precision.model_dtype(ours.tuner))
+    achieved = flops / seconds
     result["tune_mfu"] = round(achieved / peak.get(dtype, peak["float32"]), 4)
-    result["tune_flops"] = {"gflop_per_step": round(flops / n / 1e9, 1), "achieved_gflops": round(achieved / 1e9, 2),
+    result["tune_flops"] = {"gflop_per_step": round(flops / len(plan) / 1e9, 1),
+                            "achieved_gflops": round(achieved / 1e9, 2),
                             "matmul_peak_gflops": {k: round(v / 1e9, 2) for k, v in peak.items()}, "dtype": dtype}
     rows.append(("tune: FLOP/s vs matmul peak", f"{result['tune_mfu']:.3f} of peak",
                  f"{achieved / 1e9:.1f} GFLOP/s, {dtype} matmul peak {peak.get(dtype, peak['float32']) / 1e9:.1f}"))
-    peft_model.eval()
-    base = peft_model.get_base_model()
-    peft_model = peft_opt = tuner = None  # drop the wrapper (and the bf16 copy); the base model is kept
+
+
+def _release(lm, ours: _SoftevalTuning, theirs: _PeftTuning) -> None:
+    """Drop PEFT's wrapper and its optimizer (and the bf16 copy tuning ran on); the base model is kept."""
+    theirs.model.eval()
+    base = theirs.model.get_base_model()
+    theirs.model = theirs.opt = ours.tuner = None
     if base.dtype == lm.model.dtype:
         lm.model = base
     lm.model.eval()
@@ -243,7 +318,8 @@ def bench_tuning(lm, prompter, train, steps: int, batch_size: int, n_tokens: int
     gc.collect()
 
 
-def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows):
+def bench_generation(lm, side: LmEvalSide, what: Items, timing: Timing, flip: bool):
+    task, prompter, items, method = what.task, what.prompter, what.items, what.method
     texts = [prompter.text(e, method) for e in items]
     docs = [{"prompt": t, "gold": e.gold} for t, e in zip(texts, items)]
     instances = side.task_instances(docs, "generate_until", until=task.stop, max_gen_toks=task.max_new_tokens)
@@ -252,7 +328,7 @@ def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_
     def run_softeval():
         seqs = [prompter.ids(e, method) for e in items]
         return generation.generate(lm, seqs, max_new_tokens=task.max_new_tokens, stop=task.stop,
-                                   batch_size=batch_size).texts
+                                   batch_size=timing.batch_size).texts
 
     def run_lmeval():
         return side.generate(instances)
@@ -261,20 +337,22 @@ def bench_generation(lm, side: LmEvalSide, task, prompter, items, method, batch_
     generation.generate(lm, [prompter.ids(e, method) for e in items[:2]], max_new_tokens=2, stop=task.stop)
     side.hflm.generate_until(side.task_instances(docs[:2], "generate_until", until=task.stop, max_gen_toks=2),
                              disable_tqdm=True)
-    (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
+    (ours, theirs), (t_se, t_lm) = interleave(timing.rounds, run_softeval, run_lmeval, flip)
     acc_se = sum(score_output(task, e, o)["correct"] for e, o in zip(items, ours)) / len(items)
     acc_lm = sum(score_output(task, e, o)["correct"] for e, o in zip(items, theirs)) / len(items)
     same = sum(a == b for a, b in zip(ours, theirs))
-    n = len(items) * rounds
-    rows.append((f"{task.name} {method} generate: softeval", f"{n / sum(t_se):.3f} items/s", f"acc {acc_se:.3f}"))
-    rows.append((f"{task.name} {method} generate: lm-eval", f"{n / sum(t_lm):.3f} items/s",
-                 f"acc {acc_lm:.3f}; identical outputs {same}/{len(items)}"))
+    n = len(items) * timing.rounds
+    timing.rows.append((f"{task.name} {method} generate: softeval", f"{n / sum(t_se):.3f} items/s",
+                        f"acc {acc_se:.3f}"))
+    timing.rows.append((f"{task.name} {method} generate: lm-eval", f"{n / sum(t_lm):.3f} items/s",
+                        f"acc {acc_lm:.3f}; identical outputs {same}/{len(items)}"))
     return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "same": same,
             "correct_softeval": acc_se * len(items), "correct_lmeval": acc_lm * len(items), "mismatch_examples": [
                 {"softeval": a, "lmeval": b} for a, b in zip(ours, theirs) if a != b][:3]}
 
 
-def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size, rounds, flip, rows):
+def bench_loglik(lm, side: LmEvalSide, what: Items, timing: Timing, flip: bool):
+    task, prompter, items, method = what.task, what.prompter, what.items, what.method
     texts = [prompter.text(e, method) for e in items]
     letters = ["".join(prompter.lm.tokenizer.decode(o) for o in [ids]) for ids in prompter.option_ids(items[0])]
     docs = [{"prompt": t, "choices": [prompter.lm.tokenizer.decode(o) for o in prompter.option_ids(e)],
@@ -283,7 +361,8 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
 
     def run_softeval():
         seqs = [prompter.ids(e, method) for e in items]
-        return loglik.option_logprobs(lm, seqs, [prompter.option_ids(e) for e in items], batch_size=batch_size)
+        return loglik.option_logprobs(lm, seqs, [prompter.option_ids(e) for e in items],
+                                      batch_size=timing.batch_size)
 
     def run_lmeval():
         return side.loglik(instances)
@@ -291,14 +370,14 @@ def bench_loglik(lm, side: LmEvalSide, task, prompter, items, method, batch_size
     loglik.option_logprobs(lm, [prompter.ids(e, method) for e in items[:2]],
                            [prompter.option_ids(e) for e in items[:2]])
     side.hflm.loglikelihood(side.task_instances(docs[:2], "multiple_choice"), disable_tqdm=True)
-    (ours, theirs), (t_se, t_lm) = interleave(rounds, run_softeval, run_lmeval, flip)
+    (ours, theirs), (t_se, t_lm) = interleave(timing.rounds, run_softeval, run_lmeval, flip)
     pick = lambda s: max(range(len(s)), key=lambda j: s[j])
     acc_se = sum(d["label"] == pick(s) for d, s in zip(docs, ours)) / len(items)
     acc_lm = sum(d["label"] == pick(s) for d, s in zip(docs, theirs)) / len(items)
     same_pick = sum(pick(a) == pick(b) for a, b in zip(ours, theirs))
-    n = len(items) * rounds
-    rows.append((f"{task.name} {method} loglik: softeval", f"{n / sum(t_se):.3f} items/s", f"acc {acc_se:.3f}"))
-    rows.append((f"{task.name} {method} loglik: lm-eval", f"{n / sum(t_lm):.3f} items/s",
-                 f"acc {acc_lm:.3f}; same argmax {same_pick}/{len(items)}; options {letters}"))
+    n = len(items) * timing.rounds
+    timing.rows.append((f"{task.name} {method} loglik: softeval", f"{n / sum(t_se):.3f} items/s", f"acc {acc_se:.3f}"))
+    timing.rows.append((f"{task.name} {method} loglik: lm-eval", f"{n / sum(t_lm):.3f} items/s",
+                        f"acc {acc_lm:.3f}; same argmax {same_pick}/{len(items)}; options {letters}"))
     return {"t_softeval": t_se, "t_lmeval": t_lm, "n": len(items), "acc_softeval": acc_se, "acc_lmeval": acc_lm,
             "same_pick": same_pick}
