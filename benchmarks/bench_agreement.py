@@ -87,17 +87,8 @@ def argmax(values) -> int:
 
 
 def compare_view(view: str, lm, hflm, task, prompter: Prompter, items, folder: Path, batch_size: int) -> dict:
-    chat = prompter.chat
-    delimiter = "" if chat else " "
-    if view == "cloze":
-        texts = [prompter.cloze_text(e, "zero-shot") for e in items]
-        choices = [task.cloze_options(e) for e in items]
-        pairs = [prompter.cloze_ids(e, "zero-shot") for e in items]
-    else:
-        texts = [prompter.text(e, "zero-shot") for e in items]
-        choices = [(list(LETTERS[: len(e.options)]), LETTERS.index(e.gold)) for e in items]
-        pairs = [(prompter.ids(e, "zero-shot"), prompter.option_ids(e)) for e in items]
-    docs = [{"prompt": t, "choices": c, "label": g} for t, (c, g) in zip(texts, choices)]
+    delimiter = "" if prompter.chat else " "
+    pairs, docs = view_inputs(view, task, prompter, items)
     t0 = time.perf_counter()
     ours = loglik.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], batch_size=batch_size)
     t_ours = time.perf_counter() - t0
@@ -109,9 +100,44 @@ def compare_view(view: str, lm, hflm, task, prompter: Prompter, items, folder: P
         1 for (ctx, opts), doc in zip(pairs, docs) for opt, choice in zip(opts, doc["choices"])
         if hflm._encode_pair(doc["prompt"], delimiter + choice) == (ctx, opt))
     n_pairs = sum(len(d["choices"]) for d in docs)
+    correct, worst, examples = agreement(view, task, items, docs, ours, theirs)
+    n = len(items)
+    lm_acc = sum(m["acc"] for m in their_metrics) / n
+    lm_norm = sum(m["acc_norm"] for m in their_metrics) / n
+    row = {"view": view, "n": n, "softeval_acc": correct["ours_acc"] / n, "lmeval_acc": lm_acc,
+           "softeval_acc_norm": correct["ours_acc_norm"] / n, "lmeval_acc_norm": lm_norm,
+           "same_argmax": correct["same_argmax"] / n, "same_argmax_norm": correct["same_argmax_norm"] / n,
+           "max_abs_loglik_diff": worst, "identical_tokenization": f"{same_tokens}/{n_pairs}",
+           "seconds_softeval": round(t_ours, 1), "seconds_lmeval": round(t_theirs, 1),
+           "argmax_mismatches": examples}
+    log(f"{view}: n={n} acc softeval {row['softeval_acc']:.4f} lm-eval {lm_acc:.4f}; acc_norm softeval "
+        f"{row['softeval_acc_norm']:.4f} lm-eval {lm_norm:.4f}; same argmax {correct['same_argmax']}/{n} "
+        f"(norm {correct['same_argmax_norm']}/{n}); max |dLL| {worst:.2e}; tokens {row['identical_tokenization']}; "
+        f"{t_ours:.0f}s vs {t_theirs:.0f}s")
+    return row
+
+
+def view_inputs(view: str, task, prompter: Prompter, items) -> tuple[list, list[dict]]:
+    """A view's (context ids, option ids) per item, as softeval scores them, and the same items as lm-eval
+    documents (prompt, choices, label)."""
+    if view == "cloze":
+        texts = [prompter.cloze_text(e, "zero-shot") for e in items]
+        choices = [task.cloze_options(e) for e in items]
+        pairs = [prompter.cloze_ids(e, "zero-shot") for e in items]
+    else:
+        texts = [prompter.text(e, "zero-shot") for e in items]
+        choices = [(list(LETTERS[: len(e.options)]), LETTERS.index(e.gold)) for e in items]
+        pairs = [(prompter.ids(e, "zero-shot"), prompter.option_ids(e)) for e in items]
+    return pairs, [{"prompt": t, "choices": c, "label": g} for t, (c, g) in zip(texts, choices)]
+
+
+def agreement(view: str, task, items, docs: list[dict], ours, theirs) -> tuple[dict, float, list]:
+    """Per item, softeval's picks (raw and length-normalised) against the gold and lm-eval's: the counts, the
+    largest log-likelihood difference and up to three items whose picks differ. Checks on the way that the run
+    writer makes the same picks (``add_cloze``, ``add_letter_loglik``)."""
     correct = {"ours_acc": 0, "ours_acc_norm": 0, "same_argmax": 0, "same_argmax_norm": 0}
     worst, examples = 0.0, []
-    for example, doc, mine, other, metric in zip(items, docs, ours, theirs, their_metrics):
+    for example, doc, mine, other in zip(items, docs, ours, theirs):
         lengths = [max(1, len(c)) for c in doc["choices"]]
         norm_mine = argmax([s / n for s, n in zip(mine, lengths)])
         norm_other = argmax([s / n for s, n in zip(other, lengths)])
@@ -130,20 +156,7 @@ def compare_view(view: str, lm, hflm, task, prompter: Prompter, items, folder: P
         if argmax(mine) != argmax(other) and len(examples) < 3:
             examples.append({"id": example.id, "softeval": [round(x, 4) for x in mine],
                              "lmeval": [round(x, 4) for x in other]})
-    n = len(items)
-    lm_acc = sum(m["acc"] for m in their_metrics) / n
-    lm_norm = sum(m["acc_norm"] for m in their_metrics) / n
-    row = {"view": view, "n": n, "softeval_acc": correct["ours_acc"] / n, "lmeval_acc": lm_acc,
-           "softeval_acc_norm": correct["ours_acc_norm"] / n, "lmeval_acc_norm": lm_norm,
-           "same_argmax": correct["same_argmax"] / n, "same_argmax_norm": correct["same_argmax_norm"] / n,
-           "max_abs_loglik_diff": worst, "identical_tokenization": f"{same_tokens}/{n_pairs}",
-           "seconds_softeval": round(t_ours, 1), "seconds_lmeval": round(t_theirs, 1),
-           "argmax_mismatches": examples}
-    log(f"{view}: n={n} acc softeval {row['softeval_acc']:.4f} lm-eval {lm_acc:.4f}; acc_norm softeval "
-        f"{row['softeval_acc_norm']:.4f} lm-eval {lm_norm:.4f}; same argmax {correct['same_argmax']}/{n} "
-        f"(norm {correct['same_argmax_norm']}/{n}); max |dLL| {worst:.2e}; tokens {row['identical_tokenization']}; "
-        f"{t_ours:.0f}s vs {t_theirs:.0f}s")
-    return row
+    return correct, worst, examples
 
 
 def main() -> int:

@@ -107,16 +107,17 @@ def step_times(lm, job: Job, steps: int, batch_size: int, seed: int) -> dict:
             "achieved_gflops": {k: round(sum(flops) / sum(v) / 1e9, 1) for k, v in times.items()}}
 
 
-def paired_scores(model: str, task: str, seeds: list[int], limit: int, steps: int, batch_size: int,
-                  curve_items: int, out: Path, device: str = "cpu", eval_batch_size: int = 16) -> list[dict]:
-    """A soft-prompt run per tuning dtype and seed; per seed, the bf16 run against the fp32 one."""
+def paired_scores(model: str, task: str, args: argparse.Namespace, out: Path) -> list[dict]:
+    """A soft-prompt run per tuning dtype and seed (``args``: the script's --seeds, --limit, --score-steps,
+    --batch-size, --curve-items, --device and --eval-batch-size); per seed, the bf16 run against the fp32 one."""
     rows = []
-    for seed in seeds:
+    for seed in args.seeds:
         got = {}
         for name in DTYPES:
-            cfg = RunConfig(model=model, task=task, methods=("soft-prompt",), limit=limit, steps=steps,
-                            batch_size=batch_size, curve_items=curve_items, seed=seed, tune_dtype=name,
-                            device=device, dtype="float32", eval_batch_size=eval_batch_size, out=str(out / name))
+            cfg = RunConfig(model=model, task=task, methods=("soft-prompt",), limit=args.limit, steps=args.score_steps,
+                            batch_size=args.batch_size, curve_items=args.curve_items, seed=seed, tune_dtype=name,
+                            device=args.device, dtype="float32", eval_batch_size=args.eval_batch_size,
+                            out=str(out / name))
             result = run_job(cfg, console=Console(file=io.StringIO()))[0]
             folder = out / name / model.replace("/", "--") / task / "soft-prompt" / f"seed{seed}"
             samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
@@ -175,9 +176,7 @@ def main(argv=None) -> None:
         if args.score:
             with tempfile.TemporaryDirectory() as out:
                 for task in args.tasks:
-                    result["scores"] += paired_scores(model, task, args.seeds, args.limit, args.score_steps,
-                                                      args.batch_size, args.curve_items, Path(out), args.device,
-                                                      args.eval_batch_size)
+                    result["scores"] += paired_scores(model, task, args, Path(out))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
 

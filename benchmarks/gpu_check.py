@@ -166,12 +166,26 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
         torch.cuda.reset_peak_memory_stats(device)
     model, t_build = timed(device, lambda: build_model(shape, device, dtype))
     lm = loaded(model, tok, name)
-    dims = Shape.of(model.config)
     out: dict = {"params_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 3), "build_s": round(t_build, 1),
                  "attn_implementation": getattr(model.config, "_attn_implementation", None)}
     log(f"{name}: built in {t_build:.1f}s ({out['params_b']}B parameters)")
+    out["tune"], s, targets = model_tuning(device, plan, lm, prompts, peak_flops)
+    log(f"{name}: tuning {out['tune']}")
+    out["score"] = score = model_scoring(device, plan, lm, prompts, s)
+    log(f"{name}: scoring {score}")
+    out["long"] = long = model_long_prompts(device, plan, lm, prompts, s, targets)
+    out["ok"] = not long["oom"] and all(v["items_per_s"] > 0 for v in score.values())
+    log(f"{name}: long prompts {long}")
+    lm = model = s = None  # drop the model before the next section builds one
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
 
-    # tuning: steps of 8 MMLU soft-prompt items, the body of softeval.run.tune.tune
+
+def model_tuning(device, plan, lm, prompts, peak_flops: float) -> tuple[dict, torch.Tensor, list]:
+    """Tuning: steps of 8 MMLU soft-prompt items, the body of softeval.run.tune.tune. Its figures, the tuned soft
+    prompt (detached) and the targets of the items it tuned on."""
     steps, warm = plan["tune_steps"], plan["warmup_steps"]
     p_all, t_all = prompts.tuning(BATCH * (steps + warm))
     soft = soft_prompt(lm).requires_grad_(True)
@@ -187,16 +201,20 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     for k in range(warm):
         step(steps + k)
     _, t_tune = timed(device, lambda: [step(k) for k in range(steps)])
-    flops = sum(tuning_step_flops(dims, [(len(p_all[r]) + len(t_all[r]) + SOFT_TOKENS, len(t_all[r]))
-                                         for r in range(k * BATCH, (k + 1) * BATCH)]) for k in range(steps))
-    out["tune"] = {"steps_per_s": round(steps / t_tune, 3), "s_per_step": round(t_tune / steps, 4),
-                   "tokens_per_step": sum(len(p_all[r]) + len(t_all[r]) for r in range(steps * BATCH)) // steps,
-                   "pass_tokens": memory.tuning_pass_tokens(lm), "achieved_tflops": round(flops / t_tune / 1e12, 3),
-                   "tune_mfu": round(flops / t_tune / peak_flops, 4)}
-    log(f"{name}: tuning {out['tune']}")
-    s = soft.detach()
+    flops = sum(tuning_step_flops(Shape.of(lm.model.config),
+                                  [(len(p_all[r]) + len(t_all[r]) + SOFT_TOKENS, len(t_all[r]))
+                                   for r in range(k * BATCH, (k + 1) * BATCH)]) for k in range(steps))
+    tune = {"steps_per_s": round(steps / t_tune, 3), "s_per_step": round(t_tune / steps, 4),
+            "tokens_per_step": sum(len(p_all[r]) + len(t_all[r]) for r in range(steps * BATCH)) // steps,
+            "pass_tokens": memory.tuning_pass_tokens(lm), "achieved_tflops": round(flops / t_tune / 1e12, 3),
+            "tune_mfu": round(flops / t_tune / peak_flops, 4)}
+    return tune, soft.detach(), t_all
 
-    # scoring with the automatic batch size
+
+def model_scoring(device, plan, lm, prompts, s: torch.Tensor) -> dict:
+    """Scoring with the automatic batch size: generation zero-shot, few-shot and with the soft prompt ``s``,
+    and zero-shot option log-likelihoods."""
+    dims = Shape.of(lm.model.config)
     auto = {"batch_size": "auto", "max_batch_size": plan["max_batch_size"]}
     score: dict = {}
     for key, seqs, new in (("zero_shot_generate", prompts.prompts("mmlu", plan["gen_items"]), 8),
@@ -213,10 +231,13 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     loglik.option_logprobs(lm, seqs[:2], opts[:2], **auto)
     _, dt = timed(device, lambda: loglik.option_logprobs(lm, seqs, opts, **auto))
     score["zero_shot_loglik"] = {"items_per_s": round(len(seqs) / dt, 2), "items": len(seqs)}
-    out["score"] = score
-    log(f"{name}: scoring {score}")
+    return score
 
-    # long prompts: the automatic batch size must not run out of memory
+
+def model_long_prompts(device, plan, lm, prompts, s: torch.Tensor, targets: list) -> dict:
+    """Long prompts: the automatic batch size must not run out of memory (an OOM is recorded, not raised);
+    scoring, generation with the soft prompt ``s`` and a tuning step (on ``targets``)."""
+    auto = {"batch_size": "auto", "max_batch_size": plan["max_batch_size"]}
     long_seqs = prompts.long(plan["long_items"], plan["long_tokens"])
     longest = max(map(len, long_seqs))
     long: dict = {"prompt_tokens": longest, "items": len(long_seqs),
@@ -229,7 +250,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
         _, dt = timed(device, lambda: generation.generate(lm, long_seqs, soft=s, max_new_tokens=8, **auto))
         long["soft_prompt_generate_items_per_s"] = round(len(long_seqs) / dt, 2)
         w = s.clone().requires_grad_(True)
-        _, dt = timed(device, lambda: tuning_loss.target_loss_backward(lm, long_seqs[:BATCH], t_all[:BATCH], w))
+        _, dt = timed(device, lambda: tuning_loss.target_loss_backward(lm, long_seqs[:BATCH], targets[:BATCH], w))
         long["tune_step_s"] = round(dt, 3)
         long["oom"] = False
     except torch.cuda.OutOfMemoryError as err:  # the point of the section: record it, do not crash
@@ -238,17 +259,10 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
     if device.type == "cuda":
         long["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
         long["device_memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
-    out["long"] = long
-    out["ok"] = not long["oom"] and all(v["items_per_s"] > 0 for v in score.values())
-    log(f"{name}: long prompts {long}")
-    lm = model = opt = soft = s = None  # drop the model (not `del`: the closures above name these)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return out
+    return long
 
 
-def main(argv=None) -> int:
+def arguments(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cuda, cpu")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes and counts (the CI test; seconds on a CPU)")
@@ -257,7 +271,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (default: 1 with --tiny, else torch's)")
     ap.add_argument("--only", default="", help="comma list of sections: peak,agree,llama_1b,llama_8b,vllm")
     ap.add_argument("--json-out", default=None, help="also write the JSON line to this file")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     if args.dtype == "auto":
@@ -277,25 +295,12 @@ def main(argv=None) -> int:
                     "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
                                     else platform.processor())}
     tok = load_tokenizer()
-    prompts = Prompts(tok, plan["max_prompt_tokens"])
+    check = Check(device, (args.dtype, dtype), plan, tok, Prompts(tok, plan["max_prompt_tokens"]))
     errors: dict = {}
-    peak_flops = None
     for name in sections:
         log(f"== {name} ({time.time() - started:.0f}s)")
         try:
-            if name == "peak":
-                result["peak"] = section_peak(device, plan)
-            elif name == "agree":
-                result["agree"] = section_agree(device, plan, tok, prompts)
-            elif name == "vllm":
-                result["vllm"] = section_vllm(device, dtype, plan, tok, prompts)
-            elif name in SHAPES:
-                if peak_flops is None:
-                    peak_flops = result.get("peak", {}).get(f"{args.dtype}_tflops", 0) * 1e12 or matmul_peak(
-                        device, dtype, plan["peak_n"], plan["peak_seconds"])
-                result[name] = section_model(device, dtype, plan, tok, prompts, name, peak_flops)
-            else:
-                raise ValueError(f"unknown section {name!r}")
+            result[name] = check.section(name, result)
         except Exception as err:  # keep going: one broken section must not hide the others' figures
             errors[name] = f"{type(err).__name__}: {err}"[:500]
             log(traceback.format_exc())
@@ -307,6 +312,32 @@ def main(argv=None) -> int:
         Path(args.json_out).write_text(line + "\n")
     print(line)
     return 0 if result["ok"] else 1
+
+
+class Check:
+    """What every section runs with: the device, the speed sections' dtype (its name and itself), the plan of shapes and
+    counts, the tokenizer and the prompts; and the matmul peak the model sections' MFU is against."""
+
+    def __init__(self, device, dtype: tuple[str, torch.dtype], plan: dict, tok, prompts) -> None:
+        self.device, self.plan, self.tok, self.prompts = device, plan, tok, prompts
+        self.dtype_name, self.dtype = dtype
+        self.peak_flops = None
+
+    def section(self, name: str, result: dict) -> dict:
+        """Section ``name``'s figures (``result``: the sections' so far; a model section reads the peak's)."""
+        device, plan = self.device, self.plan
+        if name == "peak":
+            return section_peak(device, plan)
+        if name == "agree":
+            return section_agree(device, plan, self.tok, self.prompts)
+        if name == "vllm":
+            return section_vllm(device, self.dtype, plan, self.tok, self.prompts)
+        if name not in SHAPES:
+            raise ValueError(f"unknown section {name!r}")
+        if self.peak_flops is None:
+            self.peak_flops = result.get("peak", {}).get(f"{self.dtype_name}_tflops", 0) * 1e12 or matmul_peak(
+                device, self.dtype, plan["peak_n"], plan["peak_seconds"])
+        return section_model(device, self.dtype, plan, self.tok, self.prompts, name, self.peak_flops)
 
 
 if __name__ == "__main__":
