@@ -58,7 +58,8 @@ def timed(fn):
     return value, time.perf_counter() - t0
 
 
-def main() -> None:
+def arguments() -> tuple[argparse.Namespace, list[str]]:
+    """The options, and the sections they pick (an unknown one is an argparse error)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--gsm8k", type=int, default=32, help="GSM8K items (zero-shot and soft-prompt)")
@@ -74,44 +75,84 @@ def main() -> None:
     wanted = [x.strip() for x in args.sections.split(",") if x.strip()]
     if unknown := [x for x in wanted if x not in SECTIONS]:
         p.error(f"unknown section(s) {unknown}; pick from {list(SECTIONS)}")
+    return args, wanted
 
-    import torch
 
-    from softeval.lm import generation
+def main() -> None:
+    args, wanted = arguments()
+
+    import torch  # here, not at the top: --help and a wrong option answer before torch and vLLM load
+
     from softeval.lm.models import load_model
     from softeval.lm.softprompt import SoftPrompt
-    from softeval.lm.vllm_engine import VllmEngine, cpu_settings, engine_env
+    from softeval.lm.vllm_engine import cpu_settings
     from softeval.run.prompting import Prompter, pick_shots
-    from softeval.run.scoring import score_output
     from softeval.tasks import get_task
     from softeval.tasks.data import seeded_subset
 
     lm = load_model(args.model, device="cpu", dtype="float32")
     result: dict = {"model": args.model, "torch_threads": torch.get_num_threads(), "busy": args.busy,
                     "cpu_env": cpu_settings(), "sections": {}}
-    compiled = {"enforce_eager": False}  # vLLM's own default, and lm-eval's: the like-for-like comparison
-    before = compile_counts()
-    _, first = timed(lambda: VllmEngine(lm, compiled).close())
-    middle = compile_counts()
-    engine, cached = timed(lambda: VllmEngine(lm, compiled))
-    after = compile_counts()
-    result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
-    result["graphs_compiled_loaded"] = {"first": [b - a for a, b in zip(before, middle)],
-                                        "second": [b - a for a, b in zip(middle, after)]}
-    eager = None
-    if args.eager:
-        eager, t = timed(lambda: VllmEngine(lm, {"enforce_eager": True}))
-        result["engine_start_s"]["enforce_eager"] = round(t, 1)
-    lmeval = None
-    def starts() -> str:  # again at the end, with lm-eval's start then in it
-        return (f"engine start: {result['engine_start_s']}; graphs [compiled, loaded from the compile cache]: "
-                f"{result['graphs_compiled_loaded']}")
+    bench = VllmBench(lm, args, wanted, result)
+    gsm8k, mmlu = get_task("gsm8k"), get_task("mmlu")
+    g_items = seeded_subset(gsm8k.splits().eval, args.gsm8k, 0)
+    m_split = mmlu.splits()
+    m_items = seeded_subset(m_split.eval, args.mmlu, 0)
+    chat = lm.has_chat_template and lm.kind == "post-trained"
+    bench.section("gsm8k zero-shot", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "zero-shot")
+    bench.section("mmlu zero-shot", mmlu, m_items, Prompter(lm, mmlu, chat, []), "zero-shot")
+    bench.section("mmlu 5-shot", mmlu, m_items, Prompter(lm, mmlu, chat, pick_shots(m_split.tune, 5, 0)),
+                  "few-shot")
+    soft = SoftPrompt.initialise(lm, 10, "vocab", 0).weight.detach()
+    bench.section("gsm8k soft-prompt", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "soft-prompt", soft=soft)
+    bench.engine.close()
+    if bench.eager is not None:
+        bench.eager.close()
+    print_table(args, bench, torch.get_num_threads())
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text + "\n")
 
-    print(starts(), flush=True)
-    if not args.no_lmeval:
+
+class VllmBench:
+    """The engines a section times (softeval's vLLM engine, compiled; with --eager an eager one; lm-eval's vllm
+    model unless --no-lmeval; softeval's HF engine needs none), started and timed here, and each section's
+    entry in ``result`` and ``rows``."""
+
+    def __init__(self, lm, args: argparse.Namespace, wanted: list[str], result: dict) -> None:
+        from softeval.lm.vllm_engine import VllmEngine
+
+        self.lm, self.args, self.wanted, self.result = lm, args, wanted, result
+        self.rows: list[tuple[str, dict]] = []
+        compiled = {"enforce_eager": False}  # vLLM's own default, and lm-eval's: the like-for-like comparison
+        before = compile_counts()
+        _, first = timed(lambda: VllmEngine(lm, compiled).close())
+        middle = compile_counts()
+        self.engine, cached = timed(lambda: VllmEngine(lm, compiled))
+        after = compile_counts()
+        result["engine_start_s"] = {"first": round(first, 1), "second (compile cache valid)": round(cached, 1)}
+        result["graphs_compiled_loaded"] = {"first": [b - a for a, b in zip(before, middle)],
+                                            "second": [b - a for a, b in zip(middle, after)]}
+        self.eager = None
+        if args.eager:
+            self.eager, t = timed(lambda: VllmEngine(lm, {"enforce_eager": True}))
+            result["engine_start_s"]["enforce_eager"] = round(t, 1)
+        print(self.starts(), flush=True)
+        self.lmeval = None if args.no_lmeval else self.lmeval_model()
+
+    def starts(self) -> str:  # again at the end, with lm-eval's start then in it
+        return (f"engine start: {self.result['engine_start_s']}; graphs [compiled, loaded from the compile cache]: "
+                f"{self.result['graphs_compiled_loaded']}")
+
+    def lmeval_model(self):
+        """lm-eval's vllm model on the same checkpoint, started with the CPU settings softeval's engine has."""
         import importlib.metadata
 
         import vllm
+
+        from softeval.lm.vllm_engine import cpu_settings, engine_env
 
         real_version = importlib.metadata.version
 
@@ -122,28 +163,35 @@ def main() -> None:
         from lm_eval.models.vllm_causallms import VLLM
 
         with engine_env(cpu_settings()):
-            lmeval, t = timed(lambda: VLLM(pretrained=lm.source, dtype="float32", max_model_len=engine.max_len,
-                                           batch_size="auto", seed=0))
-        result["engine_start_s"]["lm-eval vllm"] = round(t, 1)
+            lmeval, t = timed(lambda: VLLM(pretrained=self.lm.source, dtype="float32",
+                                           max_model_len=self.engine.max_len, batch_size="auto", seed=0))
+        self.result["engine_start_s"]["lm-eval vllm"] = round(t, 1)
+        return lmeval
 
-    rows = []
-
-    def section(name, task, examples, prompter, method, soft=None):
-        if name not in wanted:
+    def section(self, name, task, examples, prompter, method, soft=None) -> None:
+        if name not in self.wanted:
             return
         seqs = [prompter.ids(e, method) for e in examples]
         texts = [prompter.text(e, method) for e in examples]
         spawn = multiprocessing.get_context("spawn")  # no fork of a process whose OpenMP and engine threads run
         stop = spawn.Event()
-        noise = spawn.Process(target=busy_loop, args=(stop,), daemon=True) if args.busy else None
+        noise = spawn.Process(target=busy_loop, args=(stop,), daemon=True) if self.args.busy else None
         if noise:
             noise.start()
-        def fresh(llm, run):  # no KV of an earlier round's identical prompts (vLLM's prefix cache keeps them)
-            def call():
-                llm.reset_prefix_cache()
-                return run()
-            return call
+        outs, times = interleaved(self.sides(task, seqs, texts, soft), self.args.repeat)
+        if noise:
+            stop.set()
+            noise.join()
+        entry = self.entry(task, examples, outs, times)
+        self.result["sections"][name] = entry
+        self.rows.append((name, entry))
+        print(name, entry, flush=True)
 
+    def sides(self, task, seqs, texts, soft) -> dict:
+        """Each side's call on a section's prompts (``seqs``; lm-eval gets their ``texts``, and no soft prompt)."""
+        from softeval.lm import generation
+
+        lm, engine, eager, lmeval = self.lm, self.engine, self.eager, self.lmeval
         sides = {"hf": lambda: generation.generate(lm, seqs, soft=soft, max_new_tokens=task.max_new_tokens,
                                                    stop=task.stop).texts,
                  "vllm": fresh(engine.llm, lambda: engine.generate(seqs, soft=soft, max_new_tokens=task.max_new_tokens,
@@ -157,17 +205,14 @@ def main() -> None:
             kwargs = {"until": list(task.stop), "max_gen_toks": task.max_new_tokens, "do_sample": False}
             instances = [Instance("generate_until", {}, (t, dict(kwargs)), i) for i, t in enumerate(texts)]
             sides["lmeval"] = fresh(lmeval.model, lambda: lmeval.generate_until(instances, disable_tqdm=True))
-        outs, times = {}, {k: [] for k in sides}
-        for r in range(args.repeat):  # every side the same number of times, the order reversed each round
-            for key in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
-                texts_now, t = timed(sides[key])
-                outs.setdefault(key, texts_now)
-                times[key].append(round(t, 2))
+        return sides
+
+    def entry(self, task, examples, outs: dict, times: dict) -> dict:
+        """A section's figures: each side's best time, the ratios, outputs alike and accuracies."""
+        from softeval.run.scoring import score_output
+
         hf, ours, theirs = outs["hf"], outs["vllm"], outs.get("lmeval")
         t_hf, t_v, t_lm = min(times["hf"]), min(times["vllm"]), min(times.get("lmeval") or [0])
-        if noise:
-            stop.set()
-            noise.join()
 
         def acc(outs):
             return round(sum(score_output(task, e, o)["correct"] for e, o in zip(examples, outs)) / len(examples), 3)
@@ -178,46 +223,47 @@ def main() -> None:
         if theirs is not None:
             entry.update(lmeval_s=round(t_lm, 2), vllm_vs_lmeval=round(t_lm / t_v, 2), acc_lmeval=acc(theirs),
                          identical_vllm_lmeval=sum(a.strip() == b.strip() for a, b in zip(ours, theirs)))
-        if eager is not None:
+        if self.eager is not None:
             t_e = min(times["vllm-eager"])
             entry.update(eager_s=round(t_e, 2), compiled_vs_eager=round(t_e / t_v, 2),
                          identical_eager_compiled=sum(a == b for a, b in zip(outs["vllm-eager"], ours)))
-        result["sections"][name] = entry
-        rows.append((name, entry))
-        print(name, entry, flush=True)
+        return entry
 
-    gsm8k, mmlu = get_task("gsm8k"), get_task("mmlu")
-    g_items = seeded_subset(gsm8k.splits().eval, args.gsm8k, 0)
-    m_split = mmlu.splits()
-    m_items = seeded_subset(m_split.eval, args.mmlu, 0)
-    chat = lm.has_chat_template and lm.kind == "post-trained"
-    section("gsm8k zero-shot", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "zero-shot")
-    section("mmlu zero-shot", mmlu, m_items, Prompter(lm, mmlu, chat, []), "zero-shot")
-    section("mmlu 5-shot", mmlu, m_items, Prompter(lm, mmlu, chat, pick_shots(m_split.tune, 5, 0)), "few-shot")
-    soft = SoftPrompt.initialise(lm, 10, "vocab", 0).weight.detach()
-    section("gsm8k soft-prompt", gsm8k, g_items, Prompter(lm, gsm8k, chat, []), "soft-prompt", soft=soft)
-    engine.close()
-    if eager is not None:
-        eager.close()
 
-    print(f"{args.model}, torch threads {torch.get_num_threads()}, vLLM CPU env {result['cpu_env']}"
+def fresh(llm, run):  # no KV of an earlier round's identical prompts (vLLM's prefix cache keeps them)
+    def call():
+        llm.reset_prefix_cache()
+        return run()
+    return call
+
+
+def interleaved(sides: dict, repeat: int) -> tuple[dict, dict]:
+    """Every side the same number of times, the order reversed each round: each side's first outputs, and its
+    seconds per round."""
+    outs, times = {}, {k: [] for k in sides}
+    for r in range(repeat):
+        for key in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            texts_now, t = timed(sides[key])
+            outs.setdefault(key, texts_now)
+            times[key].append(round(t, 2))
+    return outs, times
+
+
+def print_table(args: argparse.Namespace, bench: VllmBench, threads: int) -> None:
+    result, eager = bench.result, bench.eager
+    print(f"{args.model}, torch threads {threads}, vLLM CPU env {result['cpu_env']}"
           f"{', busy machine' if args.busy else ''}")
-    print(starts())
+    print(bench.starts())
     print(f"{'section':20} {'items':>5} {'HF s':>7} {'vLLM s':>7} {'lm-eval s':>9} {'vLLM/HF':>8} "
           f"{'vLLM/lm-eval':>12} {'same as HF':>10}" + (f" {'eager s':>8} {'compiled/eager':>14}" if eager else ""))
     def cell(value, width: int, unit: str = "") -> str:  # "-" where the side did not run (lm-eval: soft prompts)
         return f"{value:{width - len(unit)}.{1 if not unit else 2}f}{unit}" if value is not None else f"{'-':>{width}}"
 
-    for name, e in rows:
+    for name, e in bench.rows:
         print(f"{name:20} {e['n']:5} {e['hf_s']:7.1f} {e['vllm_s']:7.1f} {cell(e.get('lmeval_s'), 9)} "
               f"{e['vllm_vs_hf']:7.2f}x {cell(e.get('vllm_vs_lmeval'), 12, 'x')} "
               f"{e['identical_vllm_hf']:>5}/{e['n']}"
               + (f" {e['eager_s']:8.1f} {e['compiled_vs_eager']:13.2f}x" if eager else ""))
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            f.write(text + "\n")
 
 
 if __name__ == "__main__":  # vLLM spawns its engine process: the entry point needs the guard
