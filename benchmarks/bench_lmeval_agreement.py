@@ -79,35 +79,47 @@ def compare(lm, hflm, name: str, k: int, limit: int, out: Path) -> dict:
     generative = task.cloze is None
     same = {"prompt_text": 0, "prompt_ids": 0, "output": 0, "filtered": 0, "metrics": 0}
     for row, item in zip(rows, items):
-        by_filter = logged[item.fields["index"]]
-        first = next(iter(by_filter.values()))
-        context = _context(first["arguments"])
-        same["prompt_text"] += row["prompt"] == context
-        ours_ids = prompter.ids(item, method)
-        their_ids = (hflm.tok_batch_encode([context])[0][0].tolist() if generative else hflm.tok_encode(context))
-        same["prompt_ids"] += ours_ids == their_ids
-        if generative:
-            same["output"] += row["output"] == first["resps"][0][0]
-            same["filtered"] += all(row["lm_eval"][f]["answer"] == s["filtered_resps"][0] for f, s in by_filter.items())
-            same["metrics"] += all(row["lm_eval"][f][m] == s[m] for f, s in by_filter.items() for m in s["metrics"])
-        else:
-            lls = [float(resp[0][0]) for resp in first["resps"]]
-            same["output"] += all(abs(a - b) <= LL_TOLERANCE for a, b in zip(row["cloze_scores"], lls))
-            same["filtered"] += row["cloze_pred"] == item.fields["choices"][max(range(len(lls)), key=lls.__getitem__)]
-            same["metrics"] += (row["cloze_correct"] == (first["acc"] == 1.0)
-                                and row["cloze_norm_correct"] == (first.get("acc_norm", first["acc"]) == 1.0))
-    ours = result["metrics"]
-    if generative:
-        strict, lenient = task.extra["lm_eval"].pipelines()
-        metric = next(iter(lm_task._metric_fn_list))
-        pairs = {f"{metric},{strict.name}": ours["accuracy"]["value"],
-                 f"{metric},{lenient.name}": ours["lenient_accuracy"]["value"]}
-    else:
-        pairs = {"acc,none": ours["cloze_accuracy"]["value"]}
-        if "acc_norm,none" in aggregates:
-            pairs["acc_norm,none"] = ours["cloze_accuracy_norm"]["value"]
+        for key, value in item_same(row, item, logged[item.fields["index"]], (prompter, method), hflm,
+                                    generative).items():
+            same[key] += value
+    pairs = aggregate_pairs(task, lm_task, result["metrics"], aggregates)
     return {"task": name, "shots": k, "items": len(rows), **{f"same_{key}": v for key, v in same.items()},
             "aggregates": {key: {"softeval": value, "lm_eval": aggregates.get(key)} for key, value in pairs.items()}}
+
+
+def item_same(row: dict, item, by_filter: dict[str, dict], ours: tuple, hflm, generative: bool) -> dict[str, bool]:
+    """One item: what softeval wrote of it (``row``; ``ours``: the prompter and method that built its prompt)
+    against lm-eval's logged samples of it (``by_filter``), each comparison true or false."""
+    prompter, method = ours
+    first = next(iter(by_filter.values()))
+    context = _context(first["arguments"])
+    their_ids = (hflm.tok_batch_encode([context])[0][0].tolist() if generative else hflm.tok_encode(context))
+    same = {"prompt_text": row["prompt"] == context, "prompt_ids": prompter.ids(item, method) == their_ids}
+    if generative:
+        same["output"] = row["output"] == first["resps"][0][0]
+        same["filtered"] = all(row["lm_eval"][f]["answer"] == s["filtered_resps"][0] for f, s in by_filter.items())
+        same["metrics"] = all(row["lm_eval"][f][m] == s[m] for f, s in by_filter.items() for m in s["metrics"])
+    else:
+        lls = [float(resp[0][0]) for resp in first["resps"]]
+        same["output"] = all(abs(a - b) <= LL_TOLERANCE for a, b in zip(row["cloze_scores"], lls))
+        same["filtered"] = row["cloze_pred"] == item.fields["choices"][max(range(len(lls)), key=lls.__getitem__)]
+        same["metrics"] = (row["cloze_correct"] == (first["acc"] == 1.0)
+                           and row["cloze_norm_correct"] == (first.get("acc_norm", first["acc"]) == 1.0))
+    return same
+
+
+def aggregate_pairs(task, lm_task, ours: dict, aggregates: dict) -> dict[str, float]:
+    """softeval's aggregate under each name lm-eval gives its own (``aggregates``): the strict and lenient
+    accuracy of a generative task under its filters' names, a multiple-choice task's cloze accuracies."""
+    if task.cloze is None:
+        strict, lenient = task.extra["lm_eval"].pipelines()
+        metric = next(iter(lm_task._metric_fn_list))
+        return {f"{metric},{strict.name}": ours["accuracy"]["value"],
+                f"{metric},{lenient.name}": ours["lenient_accuracy"]["value"]}
+    pairs = {"acc,none": ours["cloze_accuracy"]["value"]}
+    if "acc_norm,none" in aggregates:
+        pairs["acc_norm,none"] = ours["cloze_accuracy_norm"]["value"]
+    return pairs
 
 
 def table(rows: list[dict]) -> str:
