@@ -11,10 +11,10 @@ from tiny import format_task, tiny_lm, toy_config
 from softeval.errors import UserError
 from softeval.lm import tuning_loss
 from softeval.lm.lora import LoraAdapter, LoraSettings, attached
+from softeval.protocol import LORA_FOLDER
 from softeval.run import pipeline
 from softeval.run.prompting import Prompter
 from softeval.run.tune import TuneConfig, tune
-from softeval.protocol import LORA_FOLDER
 
 peft = pytest.importorskip("peft")
 
