@@ -169,50 +169,99 @@ def unclaimed(test: PairedTest) -> str:
     return f"{test.difference:+.2f} in accuracy is within noise at this n ({detect})"
 
 
-def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
-    """The rule that holds and its sentence (docs/knowledge.md, "Verdicts")."""
-    who = who_of(treated.method)
-    up = test.p_value is not None and test.p_value < ALPHA and test.ci_low is not None and test.ci_low > 0
-    down = test.p_value is not None and test.p_value < ALPHA and test.ci_high is not None and test.ci_high < 0
+@dataclass(frozen=True)
+class _Reading:
+    """What the verdict rules read of one comparison, worked out once."""
+
+    test: PairedTest
+    baseline: Side
+    treated: Side
+    who: str  # how the sentence names the treated method
+    up: bool  # a significant gain
+    down: bool  # a significant loss
+    followed: bool  # the baseline followed the format already
+    kind: str | None  # format_move's kind, None where the format did not move
+    moved: str  # format_move's clause, "" where the format did not move
+    prior: str  # the treated method's own label prior, in figures ("" where it has none)
+
+    @property
+    def tail(self) -> str:
+        return f" ({self.prior}: a label prior)" if self.prior else ""
+
+    @property
+    def lower(self) -> str:
+        return f"{self.baseline.method} is the better prompt for this model and task"
+
+
+def _prior_of(baseline: Side, treated: Side) -> str:
+    """The treated method's own label prior in figures (``own_prior``), or ""."""
+    if not own_prior(baseline, treated):
+        return ""
+    prior = f"top answer {treated.top_answer} {treated.top_count}/{treated.n}"
+    if treated.permutation_consistency is not None:
+        prior += f", permutation consistency {treated.permutation_consistency:.2f}"
+    return prior
+
+
+def _reading(test: PairedTest, baseline: Side, treated: Side) -> _Reading:
+    significant = test.p_value is not None and test.p_value < ALPHA
+    up = significant and test.ci_low is not None and test.ci_low > 0
+    down = significant and test.ci_high is not None and test.ci_high < 0
     f0 = baseline.format_rate
     followed = f0 is not None and _at_least(f0, FOLLOWS_FORMAT)
     kind, moved = format_move(baseline, treated) or (None, "")
-    prior = ""
-    if own_prior(baseline, treated):
-        prior = f"top answer {treated.top_answer} {treated.top_count}/{treated.n}"
-        if treated.permutation_consistency is not None:
-            prior += f", permutation consistency {treated.permutation_consistency:.2f}"
-    tail = f" ({prior}: a label prior)" if prior else ""
-    lower = f"{baseline.method} is the better prompt for this model and task"
-    if kind in ("broke", "lowered"):
-        if down:
-            return "format-broken", f"{moved}; it scored lower than {baseline.method}: {lower}"
-        if up:
-            return "format-broken", (f"{moved}; yet more answers are right ({test.difference:+.2f})"
-                                     + (f", mostly one answer ({prior}): not evidence of knowledge" if prior else ""))
-        return "format-broken", f"{moved}; {unclaimed(test)}{tail}"
-    if up and prior:
-        return "label-prior", (f"{who} mostly learned a label prior ({prior}): the gain of "
-                               f"{test.difference:+.2f} is not evidence of knowledge")
-    if up and kind == "fixed" and not followed:
-        return "format-hid-knowledge", f"the format was hiding knowledge: {who} recovered it"
-    if up and kind == "raised":
-        return "format-hid-knowledge", (f"the format was hiding knowledge: {who} recovered some of it, raising "
-                                        f"the format from {f0:.2f} to {treated.format_rate:.2f} without reaching "
-                                        f"{FOLLOWS_FORMAT:.2f}")
-    if up:
-        return "better-answers", (f"{who} changed the answers, not only their format: more of them are right"
-                                  + ("; the format was already followed" if followed else ""))
-    if down:
-        return "worse", f"{who} scored lower than {baseline.method}: {lower}" + (f", though {moved}" if moved else "")
-    if kind == "fixed":
-        return "format-only", f"{moved}; {unclaimed(test)}{tail}"
-    if kind == "raised":
-        return "format-partial", f"{moved}; {unclaimed(test)}{tail}"
-    if followed:
-        return "format-already-followed", (f"{unclaimed(test)}: the model already followed the format "
-                                           f"({f0:.2f}), so there was little for {who} to fix{tail}")
-    return "no-difference", f"{unclaimed(test)}{tail}"
+    return _Reading(test, baseline, treated, who_of(treated.method), up, down, followed, kind, moved,
+                    _prior_of(baseline, treated))
+
+
+def _format_lost(r: _Reading) -> tuple[str, str]:
+    """The treated method broke or lowered the format: whatever happened to the accuracy, that comes first."""
+    if r.down:
+        return "format-broken", f"{r.moved}; it scored lower than {r.baseline.method}: {r.lower}"
+    if r.up:
+        return "format-broken", (f"{r.moved}; yet more answers are right ({r.test.difference:+.2f})"
+                                 + (f", mostly one answer ({r.prior}): not evidence of knowledge" if r.prior else ""))
+    return "format-broken", f"{r.moved}; {unclaimed(r.test)}{r.tail}"
+
+
+def _gain(r: _Reading) -> tuple[str, str]:
+    """More answers are right, the format not lost: a label prior, knowledge the format hid, or better answers."""
+    if r.prior:
+        return "label-prior", (f"{r.who} mostly learned a label prior ({r.prior}): the gain of "
+                               f"{r.test.difference:+.2f} is not evidence of knowledge")
+    if r.kind == "fixed" and not r.followed:
+        return "format-hid-knowledge", f"the format was hiding knowledge: {r.who} recovered it"
+    if r.kind == "raised":
+        return "format-hid-knowledge", (f"the format was hiding knowledge: {r.who} recovered some of it, raising "
+                                        f"the format from {r.baseline.format_rate:.2f} to "
+                                        f"{r.treated.format_rate:.2f} without reaching {FOLLOWS_FORMAT:.2f}")
+    return "better-answers", (f"{r.who} changed the answers, not only their format: more of them are right"
+                              + ("; the format was already followed" if r.followed else ""))
+
+
+def _no_gain(r: _Reading) -> tuple[str, str]:
+    """No more answers are right and the format not lost: worse, a format change alone, or no difference."""
+    if r.down:
+        return "worse", (f"{r.who} scored lower than {r.baseline.method}: {r.lower}"
+                         + (f", though {r.moved}" if r.moved else ""))
+    if r.kind == "fixed":
+        return "format-only", f"{r.moved}; {unclaimed(r.test)}{r.tail}"
+    if r.kind == "raised":
+        return "format-partial", f"{r.moved}; {unclaimed(r.test)}{r.tail}"
+    if r.followed:
+        return "format-already-followed", (f"{unclaimed(r.test)}: the model already followed the format "
+                                           f"({r.baseline.format_rate:.2f}), so there was little for {r.who} to "
+                                           f"fix{r.tail}")
+    return "no-difference", f"{unclaimed(r.test)}{r.tail}"
+
+
+def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
+    """The rule that holds and its sentence (docs/knowledge.md, "Verdicts"): a lost format first, then a gain,
+    then the rest."""
+    r = _reading(test, baseline, treated)
+    if r.kind in ("broke", "lowered"):
+        return _format_lost(r)
+    return _gain(r) if r.up else _no_gain(r)
 
 
 def side_of(run: Run) -> Side:
