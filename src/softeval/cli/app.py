@@ -34,6 +34,7 @@ from softeval.run.groups import run_group
 from softeval.run.pipeline import found_run, run_job
 from softeval.store.format import Run
 from softeval.tasks import TASKS
+from softeval.tasks.base import Task
 from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval, listing
 from softeval.tasks.lmeval_group import is_group
 
@@ -173,12 +174,15 @@ SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": 
          "permutation_consistency": "perm. cons.", "circular_accuracy": "circular"}
 
 
-def print_table(results: list[dict]) -> None:
-    """One row per method: each metric the runs have (f1 where the task scores token F1: SQuAD, TriviaQA)
-    as value and its 95% interval."""
-    console = table_console()
-    if not results:
-        return
+def _metric_cell(m: dict | None) -> str:
+    """One metric of one run: its value over its 95% interval, or "-"."""
+    if not m or m["value"] is None:
+        return "-"
+    return f"{m['value']:.3f}\n[{m['ci_low']:.2f}, {m['ci_high']:.2f}]"
+
+
+def _results_table(results: list[dict]) -> Table:
+    """The table of ``print_table``: a row per method, a column per metric any run has (and the top answer)."""
     first = results[0]
     present = [m for m in METRICS if any(m in r["metrics"] for r in results)]
     interval = "95% Wilson interval" + ("; f1: normal" if "f1" in present else "")
@@ -191,28 +195,38 @@ def print_table(results: list[dict]) -> None:
     if answers:
         table.add_column("top answer", justify="right")
     for r in results:
-        cells = []
-        for metric in present:
-            m = r["metrics"].get(metric)
-            if not m or m["value"] is None:
-                cells.append("-")
-            else:
-                cells.append(f"{m['value']:.3f}\n[{m['ci_low']:.2f}, {m['ci_high']:.2f}]")
+        cells = [_metric_cell(r["metrics"].get(metric)) for metric in present]
         if answers:
             cells.append(top_answer(r, sep="\n") or "-")
         table.add_row(r["method"], *cells)
-    console.print(table)
-    note = first.get("split", {}).get("note")
-    if note:
-        console.print(f"[yellow]note:[/yellow] {note}")
-    for r in results:  # an lm-eval task: lm-eval's own scores of the task (metrics.lm_eval)
+    return table
+
+
+def _print_lm_eval_scores(console, results: list[dict]) -> None:
+    """An lm-eval task: lm-eval's own scores of the task (metrics.lm_eval), per method, and which it counts
+    correct."""
+    for r in results:
         own = r["metrics"].get(SOURCE_METRICS)
         if own:
             scores = "; ".join(f"{k} {v:.4f}" for k, v in own["metrics"].items() if "_stderr" not in k
                                and isinstance(v, float | int))
             console.print(f"lm-eval, {r['method']}: {scores}", markup=False, highlight=False)
+    first = results[0]
     if first["metrics"].get(SOURCE_METRICS):
         console.print(f"correct: {first['metrics'][SOURCE_METRICS]['correct']}", markup=False, highlight=False)
+
+
+def print_table(results: list[dict]) -> None:
+    """One row per method: each metric the runs have (f1 where the task scores token F1: SQuAD, TriviaQA)
+    as value and its 95% interval."""
+    console = table_console()
+    if not results:
+        return
+    console.print(_results_table(results))
+    note = results[0].get("split", {}).get("note")
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    _print_lm_eval_scores(console, results)
 
 
 def print_verdicts(config: RunConfig, results: list[dict]) -> None:
@@ -245,37 +259,33 @@ def _lm_eval_tasks(args) -> int:
     return 0
 
 
-def cmd_tasks(args) -> int:
-    """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (one in no
-    package; an asset package missing) is still listed, with null sizes and a note saying why (and the
-    task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
-    if args.lm_eval is not None:
-        return _lm_eval_tasks(args)
-    rows = []
-    for task in TASKS.values():
-        row = {"name": task.name, "description": task.description, "revision": task.revision,
-               "target_kind": task.target_kind,
-               "multiple_choice": task.multiple_choice, "sources": list(task.sources), "source": args.source,
-               "tune_split": None, "eval_split": None,
-               "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,
-               "dropped_test_duplicates": 0}
-        source_kind = args.source if args.source in ("offline", "hub") else "file"
-        if source_kind not in task.sources:
-            row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
-                           + (f" (e.g. {task.source_example})" if task.source_example else ""))
-        else:
-            try:
-                splits = task.splits(args.source)
-            except UserError as err:
-                row["note"] = f"could not load: {err}"
-            else:
-                row.update(splits.describe())
-                row.update(tune_split=splits.tune_name, eval_split=splits.eval_name)
-        rows.append(row)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    table = Table(title=f"tasks (source: {args.source})")
+def _task_row(task: Task, source: str) -> dict:
+    """``softeval tasks``' row of one task: its sources, splits and sizes from ``source``, or null sizes and a
+    note saying why it cannot load from there."""
+    row = {"name": task.name, "description": task.description, "revision": task.revision,
+           "target_kind": task.target_kind,
+           "multiple_choice": task.multiple_choice, "sources": list(task.sources), "source": source,
+           "tune_split": None, "eval_split": None,
+           "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,
+           "dropped_test_duplicates": 0}
+    source_kind = source if source in ("offline", "hub") else "file"
+    if source_kind not in task.sources:
+        row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
+                       + (f" (e.g. {task.source_example})" if task.source_example else ""))
+        return row
+    try:
+        splits = task.splits(source)
+    except UserError as err:
+        row["note"] = f"could not load: {err}"
+    else:
+        row.update(splits.describe())
+        row.update(tune_split=splits.tune_name, eval_split=splits.eval_name)
+    return row
+
+
+def _print_tasks(rows: list[dict], source: str) -> None:
+    """``softeval tasks``' table, then why each task without sizes has none."""
+    table = Table(title=f"tasks (source: {source})")
     columns = ("name", "target_kind", "tune_split", "n_tune", "eval_split", "n_eval", "held_out")
     for col in columns:
         table.add_column(col)
@@ -286,6 +296,19 @@ def cmd_tasks(args) -> int:
     for r in rows:
         if r["n_eval"] is None:
             console.print(f"{r['name']}: {r['note']}", highlight=False, markup=False)
+
+
+def cmd_tasks(args) -> int:
+    """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (one in no
+    package; an asset package missing) is still listed, with null sizes and a note saying why (and the
+    task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
+    if args.lm_eval is not None:
+        return _lm_eval_tasks(args)
+    rows = [_task_row(task, args.source) for task in TASKS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_tasks(rows, args.source)
     return 0
 
 
