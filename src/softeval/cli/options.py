@@ -64,25 +64,32 @@ def add_options(p: argparse.ArgumentParser, where: str) -> None:
             add_option(p, row)
 
 
-def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
-    """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
-    (`softeval track`): not given, it is absent from the parsed arguments (``none`` given is None), so the run's own
-    default applies, and the help says it."""
+def _value_kwargs(row: Option) -> dict:
+    """argparse's settings of a flag that takes a value (not a switch, a KEY=VALUE or a required one)."""
+    kwargs = {"default": BY_TARGET if row.by_target else row.default}  # argparse leaves a non-text default be
+    if row.type is not str:
+        kwargs["type"] = or_none(row.type) if row.nullable else row.type
+    if row.choices is not None:
+        kwargs["choices"] = row.choices  # as it is (a live view stays one)
+    if row.metavar is not None:
+        kwargs["metavar"] = row.metavar
+    return kwargs
+
+
+def _kwargs_of(row: Option) -> dict:
+    """argparse's settings of one row's flag, by the row's type, help aside."""
     if row.type is dict:
-        kwargs = {"action": KeyValues, "default": None, "metavar": row.metavar, "dest": row.key}
-    elif row.type is bool:
+        return {"action": KeyValues, "default": None, "metavar": row.metavar, "dest": row.key}
+    if row.type is bool:
         action = argparse.BooleanOptionalAction if row.default else "store_true"
-        kwargs = {"action": action, "default": row.default} if row.default else {"action": action}
-    elif row.required:
-        kwargs = {"required": True}
-    else:
-        kwargs = {"default": BY_TARGET if row.by_target else row.default}  # argparse leaves a non-text default be
-        if row.type is not str:
-            kwargs["type"] = or_none(row.type) if row.nullable else row.type
-        if row.choices is not None:
-            kwargs["choices"] = row.choices  # as it is (a live view stays one)
-        if row.metavar is not None:
-            kwargs["metavar"] = row.metavar
+        return {"action": action, "default": row.default} if row.default else {"action": action}
+    if row.required:
+        return {"required": True}
+    return _value_kwargs(row)
+
+
+def _help_writer(row: Option, passed_on: bool):
+    """The function that writes one row's help text."""
 
     def help() -> str:
         text = row.help() if callable(row.help) else row.help
@@ -90,6 +97,15 @@ def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False)
             text = text % {"default": "none" if row.default is None else row.default}
         return text
 
+    return help
+
+
+def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
+    """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
+    (`softeval track`): not given, it is absent from the parsed arguments (``none`` given is None), so the run's own
+    default applies, and the help says it."""
+    kwargs = _kwargs_of(row)
+    help = _help_writer(row, passed_on)
     if callable(row.help):
         kwargs["action"] = LateHelp
     if passed_on:
