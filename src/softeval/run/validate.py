@@ -57,6 +57,40 @@ def check_type(key: str, value, name: Spelling = COMMAND_LINE) -> None:
                         f"{shown(value)}")
 
 
+def _check_whole(key: str, value: int, low: int, high: int, name: Spelling) -> None:
+    if not low <= value <= high:
+        raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if (low, high) == SEED_RANGE
+                        else f"{name.key(key)} must be between {low} and {high}, not {value}")
+
+
+def _check_number(key: str, value: float, limits: tuple[float, float] | None, name: Spelling) -> None:
+    """A number within its row's range, or where the row has none a positive one; finite either way."""
+    if limits is None:
+        if not math.isfinite(value) or value <= 0:
+            raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
+        return
+    low, high = limits
+    if not math.isfinite(value) or not low <= value <= high:
+        raise UserError(f"{name.key(key)} must be between {low:g} and {high:g}, not {shown(value)}")
+
+
+def _check_mapping(key: str, value: dict, name: Spelling) -> None:
+    """Argument names to text, numbers or true/false (``--engine-arg``)."""
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise UserError(f"{name.key(key)}: {shown(k)} is not an argument name")
+        if not isinstance(v, (str, int, float, bool)):
+            raise UserError(f"{name.key(key)}: {k} must be text, a number or true/false, not "
+                            f"{type(v).__name__} {shown(v)}")
+
+
+def _check_choice(key: str, value, choices, name: Spelling) -> None:
+    if value not in choices:
+        known = tuple(choices)
+        listed = ", ".join(known[:-1]) + " or " + known[-1]
+        raise UserError(f"unknown {name.key(key)} {shown(value)}: use {listed}")
+
+
 def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
     """One option's value against its row of the table: its type (``check_type``), range and choices."""
     check_type(key, value, name)
@@ -64,28 +98,13 @@ def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
     if value is None:
         return
     if row.type is int:
-        low, high = row.range
-        if not low <= value <= high:
-            raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if row.range == SEED_RANGE
-                            else f"{name.key(key)} must be between {low} and {high}, not {value}")
-    elif row.type is float and row.range is not None:
-        low, high = row.range
-        if not math.isfinite(value) or not low <= value <= high:
-            raise UserError(f"{name.key(key)} must be between {low:g} and {high:g}, not {shown(value)}")
+        _check_whole(key, value, *row.range, name)
     elif row.type is float:
-        if not math.isfinite(value) or value <= 0:
-            raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
+        _check_number(key, value, row.range, name)
     elif row.type is dict:
-        for k, v in value.items():
-            if not isinstance(k, str) or not k.isidentifier():
-                raise UserError(f"{name.key(key)}: {shown(k)} is not an argument name")
-            if not isinstance(v, (str, int, float, bool)):
-                raise UserError(f"{name.key(key)}: {k} must be text, a number or true/false, not "
-                                f"{type(v).__name__} {shown(v)}")
-    elif row.choices is not None and value not in row.choices:
-        known = tuple(row.choices)
-        choices = ", ".join(known[:-1]) + " or " + known[-1]
-        raise UserError(f"unknown {name.key(key)} {shown(value)}: use {choices}")
+        _check_mapping(key, value, name)
+    elif row.choices is not None:
+        _check_choice(key, value, row.choices, name)
 
 
 def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
@@ -104,6 +123,38 @@ def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
         raise UserError(f"a method is given twice in {','.join(methods)}")
 
 
+def _check_data(cfg: RunConfig, name: Spelling) -> None:
+    """Where the task's data comes from: offline, hub or a data file there is; ``include_path`` for lm-eval
+    tasks only."""
+    if not isinstance(cfg.source, str) or not cfg.source.strip():
+        raise UserError(f"{name.key('source')} must be offline, hub or a data file")
+    if is_data_file(cfg.source) and (problem := file_problem(cfg.source)):
+        said = ": data file not found" if problem == "not found" else f" {problem}"
+        raise UserError(f"{name.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
+    if cfg.include_path is not None and not is_lmeval(cfg.task):
+        raise UserError(f"{name.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
+                        "lm-eval:NAME, or leave it out")
+
+
+def _check_series(cfg: RunConfig, name: Spelling) -> None:
+    """A checkpoint of a series: the series' name and the checkpoint's step."""
+    if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
+        raise UserError(f"a series must have a name, not {shown(cfg.series)}")
+    if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):
+        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {shown(cfg.step)}")
+
+
+def _check_soft_prompt(cfg: RunConfig, model_given: bool, name: Spelling) -> None:
+    """A saved soft prompt to score (``--soft-prompt``): a soft prompt's folder, of the model's width where that is
+    known before loading."""
+    if cfg.soft_prompt is None:
+        return
+    given = name.setting("soft_prompt", cfg.soft_prompt)
+    shape = check_adapter(given, Path(cfg.soft_prompt), "the folder of a saved soft prompt")
+    if not model_given:
+        check_width(given, shape, cfg.model)
+
+
 def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COMMAND_LINE,
                  on_worker: tuple[str, ...] = ()) -> None:
     """Every option of a RunConfig; the first bad one is a UserError. ``model_given``: the caller passes
@@ -116,14 +167,7 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     if _training(cfg, ADAPTER):
         check_lora(cfg, name)
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
-    if not isinstance(cfg.source, str) or not cfg.source.strip():
-        raise UserError(f"{name.key('source')} must be offline, hub or a data file")
-    if is_data_file(cfg.source) and (problem := file_problem(cfg.source)):
-        said = ": data file not found" if problem == "not found" else f" {problem}"
-        raise UserError(f"{name.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
-    if cfg.include_path is not None and not is_lmeval(cfg.task):
-        raise UserError(f"{name.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
-                        "lm-eval:NAME, or leave it out")
+    _check_data(cfg, name)
     check_device(cfg.device, name, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:
@@ -131,15 +175,8 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     if not model_given:
         check_model_name(cfg.model)
     check_backend(cfg, name, on_device="backend" not in on_worker)
-    if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
-        raise UserError(f"a series must have a name, not {shown(cfg.series)}")
-    if cfg.step is not None and (not is_whole(cfg.step) or cfg.step < 0):
-        raise UserError(f"a checkpoint's step must be a whole number >= 0, not {shown(cfg.step)}")
-    if cfg.soft_prompt is not None:
-        given = name.setting("soft_prompt", cfg.soft_prompt)
-        shape = check_adapter(given, Path(cfg.soft_prompt), "the folder of a saved soft prompt")
-        if not model_given:
-            check_width(given, shape, cfg.model)
+    _check_series(cfg, name)
+    _check_soft_prompt(cfg, model_given, name)
 
 
 def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
