@@ -10,7 +10,7 @@ import torch
 from tiny import format_task
 
 from softeval.run.prompting import Prompter
-from softeval.run.tune import TuneConfig, tune
+from softeval.run.tune import Kept, TuneConfig, tune
 
 CFG = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
 
@@ -39,7 +39,7 @@ def _interrupted(lm, folder, identity=None, at=4):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        tune(lm, prompter, train, held, CFG, checkpoint=folder, identity=identity, on_step=interrupt)
+        tune(lm, prompter, train, held, CFG, Kept(folder, identity), on_step=interrupt)
 
 
 def test_tuning_checkpoint_is_safetensors_and_json_not_a_pickle(lm, tmp_path):
@@ -57,7 +57,7 @@ def test_planted_pickle_checkpoint_is_never_unpickled(lm, tmp_path):
     planted = (tmp_path / "tune_state.pt").read_bytes()
     prompter, train, held = _setup(lm)
     said = []
-    resumed = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, log=said.append)
+    resumed = tune(lm, prompter, train, held, CFG, Kept(tmp_path, log=said.append))
     assert not marker.exists()
     assert (tmp_path / "tune_state.pt").read_bytes() == planted and said == []  # not read: no checkpoint file
     fresh = tune(lm, prompter, train, held, CFG)
@@ -86,7 +86,7 @@ def test_corrupt_or_foreign_tuning_checkpoint_is_discarded_and_tuning_restarts(l
         state.write_text(json.dumps({"step": 3, "soft": [1, 2]}))
     prompter, train, held = _setup(lm)
     said = []
-    resumed = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, log=said.append)
+    resumed = tune(lm, prompter, train, held, CFG, Kept(tmp_path, log=said.append))
     assert len(said) == 1 and said[0].startswith("discarded the tuning checkpoint") and "afresh" in said[0]
     assert resumed.resumed_at == []
     fresh = tune(lm, prompter, train, held, CFG)
@@ -97,8 +97,7 @@ def test_checkpoint_of_another_run_identity_is_not_resumed(lm, tmp_path):
     _interrupted(lm, tmp_path, identity={"model": "a", "kind": "base"})
     prompter, train, held = _setup(lm)
     said = []
-    result = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, identity={"model": "a", "kind": None},
-                  log=said.append)
+    result = tune(lm, prompter, train, held, CFG, Kept(tmp_path, {"model": "a", "kind": None}, said.append))
     assert "other settings" in said[0] and result.resumed_at == []
 
 
@@ -113,6 +112,6 @@ def test_checkpoint_json_with_a_wrongly_typed_entry_is_discarded(lm, tmp_path, k
     state.write_text(json.dumps({**json.loads(state.read_text()), key: value}))
     prompter, train, held = _setup(lm)
     said = []
-    resumed = tune(lm, prompter, train, held, CFG, checkpoint=tmp_path, log=said.append)
+    resumed = tune(lm, prompter, train, held, CFG, Kept(tmp_path, log=said.append))
     assert len(said) == 1 and said[0].startswith("discarded the tuning checkpoint") and key in said[0]
     assert resumed.resumed_at == [] and resumed.steps_run == CFG.steps and not list(tmp_path.glob("*.tmp"))

@@ -14,7 +14,7 @@ from softeval.lm.lora import LoraAdapter, LoraSettings, attached
 from softeval.protocol import LORA_FOLDER
 from softeval.run import pipeline
 from softeval.run.prompting import Prompter
-from softeval.run.tune import TuneConfig, tune
+from softeval.run.tune import Kept, TuneConfig, TunedPart, tune
 
 peft = pytest.importorskip("peft")
 
@@ -37,7 +37,8 @@ def test_the_adapter_learns_the_format_and_the_model_is_as_loaded_after(lm):
     before = _state(lm)
     with attached(lm, LoraSettings(rank=4, alpha=8.0), seed=0) as adapter:
         result = tune(lm, prompter, splits.tune[8:], splits.tune[:8],
-                      TuneConfig(steps=40, batch_size=8, lr=1e-2, curve_every=10, curve_items=8), part=adapter)
+                      TuneConfig(steps=40, batch_size=8, lr=1e-2, curve_every=10, curve_items=8),
+                      tuned=TunedPart(adapter))
         assert result.soft is None
         assert result.trainable_parameters == adapter.n_trainable() > 0
     formats = [p["format_rate"] for p in result.curve if p["format_rate"] is not None]
@@ -107,8 +108,8 @@ def test_resume_after_a_kill_gives_the_same_adapter(tmp_path):
         lm = tiny_lm()  # a fresh process: the model as loaded, the adapter drawn again from its seed
         prompter = Prompter(lm, task, chat=False, shots=[])
         with attached(lm, LoraSettings(rank=2, alpha=4.0, dropout=0.1), seed=5) as adapter:
-            result = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=checkpoint, on_step=on_step,
-                          part=adapter)
+            result = tune(lm, prompter, items[4:], items[:4], cfg, Kept(checkpoint) if checkpoint else None, on_step,
+                          TunedPart(adapter))
             return result, {k: v.detach().clone() for k, v in adapter.trainable().items()}
 
     full, full_weights = tuned()
@@ -139,7 +140,7 @@ def test_an_interrupt_mid_backward_undoes_the_step_and_its_dropout_draws(tmp_pat
         lm = tiny_lm()
         with attached(lm, LoraSettings(rank=2, alpha=4.0, dropout=0.5), seed=5) as adapter:
             result = tune(lm, Prompter(lm, task, chat=False, shots=[]), items[4:], items[:4], cfg,
-                          checkpoint=checkpoint, part=adapter)
+                          kept=Kept(checkpoint) if checkpoint else None, tuned=TunedPart(adapter))
             return result, {k: v.detach().clone() for k, v in adapter.trainable().items()}
 
     full, full_weights = tuned()
@@ -161,7 +162,7 @@ def test_the_adapter_tunes_through_the_copy_in_the_tuning_dtype(lm):
     with attached(lm, LoraSettings(rank=2, alpha=4.0), seed=0) as adapter:
         start = {k: v.detach().clone() for k, v in adapter.trainable().items()}
         result = tune(lm, prompter, task.load().tune, [], TuneConfig(steps=2, lr=1e-2, curve_every=0,
-                                                                      tune_dtype="bfloat16"), part=adapter)
+                                                                      tune_dtype="bfloat16"), tuned=TunedPart(adapter))
         assert result.config["tune_dtype_ran"] == "bfloat16"
         moved = [k for k, v in adapter.trainable().items() if not torch.equal(v, start[k])]
         assert moved and all(v.dtype == torch.float32 for v in adapter.trainable().values())

@@ -15,7 +15,7 @@ from softeval.lm import generation, tuning_loss
 from softeval.run import tune as tune_module
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
-from softeval.run.tune import TuneConfig, batches, lr_at, tune
+from softeval.run.tune import Kept, TuneConfig, batches, lr_at, tune
 
 
 def _format_rate(lm, prompter, items, soft):
@@ -90,10 +90,10 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path, schedule):
             raise KeyboardInterrupt  # the checkpoint of step 3 (a curve point) is on disk
 
     with pytest.raises(KeyboardInterrupt):
-        tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path, on_step=interrupt)
+        tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path), on_step=interrupt)
     saved = json.loads((tmp_path / "tune_state.json").read_text())  # JSON and safetensors, no pickle
     assert saved["step"] == 3 and saved["seconds"] > 0
-    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)  # bit-identical
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
     # The tuning time counts the interrupted process's time up to its checkpoint, and says it resumed.
@@ -114,13 +114,13 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
         raise KeyboardInterrupt  # at step 1: only the step-0 point is on disk
 
     with pytest.raises(KeyboardInterrupt):
-        tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path, on_step=interrupt)
+        tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path), on_step=interrupt)
     saved = json.loads((tmp_path / "tune_state.json").read_text())
     assert saved["step"] == 0 and [p["step"] for p in saved["curve"]] == [0]
     points = []
     real = tune_module.curve_point
     monkeypatch.setattr(tune_module, "curve_point", lambda *a, **kw: points.append(1) or real(*a, **kw))
-    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert len(points) == 2  # steps 3 and 6; step 0 came from the checkpoint
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
 
@@ -147,10 +147,10 @@ def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(
         else:  # the step-0 point is the first call, step 3's the second
             patched.setattr(tune_module, "curve_point", interrupted_after(tune_module.curve_point, 2))
         with pytest.raises(KeyboardInterrupt):
-            tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+            tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     saved = json.loads((tmp_path / "tune_state.json").read_text())
     assert saved["step"] == kept_step and [p["step"] for p in saved["curve"]] == list(range(kept_step + 1))
-    resumed = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path)
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert resumed.summary()["resumed_at_steps"] == [kept_step]
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
     assert [(p["step"], p["loss"], p["format_rate"]) for p in resumed.curve] == \
@@ -231,8 +231,8 @@ def test_early_stop_resumes_as_stopped(lm, tmp_path):
             raise KeyboardInterrupt  # the checkpoint of step 20 (the stop) is on disk
 
     with pytest.raises(KeyboardInterrupt):
-        tune(lm, prompter, items[8:], items[:8], cfg, checkpoint=tmp_path, on_step=killed_after_the_stop)
-    resumed = tune(lm, prompter, items[8:], items[:8], cfg, checkpoint=tmp_path)
+        tune(lm, prompter, items[8:], items[:8], cfg, Kept(tmp_path), on_step=killed_after_the_stop)
+    resumed = tune(lm, prompter, items[8:], items[:8], cfg, Kept(tmp_path))
     assert resumed.early_stop_step == 20 and resumed.steps_run == 20
 
 
@@ -301,8 +301,8 @@ def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_p
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        tune(lm, prompter, items, [], cfg, checkpoint=tmp_path, on_step=interrupt)
-    resumed = tune(lm, prompter, items, [], cfg, checkpoint=tmp_path)
+        tune(lm, prompter, items, [], cfg, Kept(tmp_path), on_step=interrupt)
+    resumed = tune(lm, prompter, items, [], cfg, Kept(tmp_path))
     assert resumed.resumed_at == [3]
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
@@ -421,12 +421,12 @@ def test_a_checkpoint_whose_held_out_loss_was_not_the_weighted_one_is_not_resume
 
     for folder in (tmp_path / "now", tmp_path / "older"):
         with pytest.raises(KeyboardInterrupt):
-            tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=folder, on_step=interrupt)
-    assert tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path / "now").resumed_at == [3]
+            tune(lm, prompter, items[4:], items[:4], cfg, Kept(folder), on_step=interrupt)
+    assert tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path / "now")).resumed_at == [3]
     state = tmp_path / "older" / "tune_state.json"
     saved = json.loads(state.read_text())
     del saved["identity"]["held_out_loss"]  # as an older softeval wrote it
     state.write_text(json.dumps(saved))
     said = []
-    again = tune(lm, prompter, items[4:], items[:4], cfg, checkpoint=tmp_path / "older", log=said.append)
+    again = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path / "older", log=said.append))
     assert again.resumed_at == [] and "discarded" in said[0]

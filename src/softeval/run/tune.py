@@ -215,27 +215,42 @@ def curve_point(lm: LoadedModel, prompter, items: list[Example], soft: torch.Ten
     return point
 
 
-def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,  # noqa: PLR0913
-         checkpoint: Path | None = None, on_step=None, identity: dict | None = None, log=None,
-         name: Spelling = COMMAND_LINE, part=None, method: str | None = None) -> TuneResult:
+@dataclass(frozen=True)
+class Kept:
+    """Where and as what the tuning state is kept (softeval.store.checkpoint): ``folder``, saved in at every curve
+    point and resumed from; the state records ``identity`` (the run's, from the caller) beside the tuning config and
+    items, and one recorded for anything else is discarded, ``log(message)`` saying so (default: on stderr)."""
+
+    folder: Path
+    identity: dict | None = None
+    log: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class TunedPart:
+    """What is tuned, for which run. ``part``: a LoRA adapter already in the model (lm.lora); None: a soft prompt
+    initialised from the tuning config, whose init refused once the model is loaded is worded with the options as
+    ``name`` spells them. ``method``: the run's method, whose prompt (``prompter.ids(item, method)``) tuning and
+    the held-out slice read."""
+
+    part: Any = None
+    method: str | None = None
+    name: Spelling = COMMAND_LINE
+
+
+def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
+         kept: Kept | None = None, on_step=None, tuned: TunedPart = TunedPart()) -> TuneResult:
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
-    ``part``: what is tuned, a LoRA adapter already in ``lm.model`` (lm.lora); default: a soft prompt
-    initialised from ``config`` (``TuneResult.soft``).
-    ``checkpoint``: a folder to save the state in at every curve point and to resume from
-    (softeval.store.checkpoint). The state records ``identity`` (the run's, from the caller), this config
-    and the tuning items; one recorded for anything else is discarded, and ``log(message)`` says so.
-    ``name``: how the user wrote the options, for an init refused once the model is loaded.
-    ``method``: the run's method, whose prompt (``prompter.ids(item, method)``) tuning and the held-out slice read.
+    ``tuned``: what is tuned (``TunedPart``; default: a soft prompt initialised from ``config``, ``TuneResult.soft``).
+    ``kept``: where the state is saved at every curve point and resumed from (``Kept``); None: nowhere.
     """
-    # TODO(issue 61): 12 parameters; checkpoint, identity and log are one thing (where and as what the state is
-    # kept), to be passed as one once run/tuned.py, the caller owned by another change, can pass it.
     started = time.time()
     torch.manual_seed(config.seed)
-    if part is None:
-        part = _soft_prompt(lm, prompter, config, name)
-    loop = _Loop(lm, prompter, train, curve_items, config, part, method, checkpoint, started)
+    part = _soft_prompt(lm, prompter, config, tuned.name) if tuned.part is None else tuned.part
+    folder, identity, log = (None, None, None) if kept is None else (kept.folder, kept.identity, kept.log)
+    loop = _Loop(lm, prompter, train, curve_items, config, part, tuned.method, folder, started)
     loop.resume(_state_identity(identity, config, train + curve_items), log or _stderr)
     loop.first_point()
     # The loss's head is checked once per model (a probe through it): here, with the adapter's dropout off,

@@ -19,7 +19,7 @@ from softeval.methods import ADAPTER, NOTHING, SOFT_PROMPT, MethodSpec, spec_of
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
-from softeval.run.tune import TuneConfig, TuneResult, still_learning, tune
+from softeval.run.tune import Kept, TuneConfig, TunedPart, TuneResult, still_learning, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 
@@ -191,9 +191,9 @@ def _tune(job, spec: MethodSpec, partial: Path, identity: dict, part) -> TuneRes
                               f"slice format_rate {point['format_rate']:.2f}, accuracy {point['accuracy']:.2f}"
                               + ("" if held is None else f", loss {held:.3f}"))
 
-        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, checkpoint=partial, on_step=on_step,
-                      identity=identity, log=lambda message: console.print(message, style="yellow", markup=False),
-                      name=job.spelling, part=part, method=method)
+        kept = Kept(partial, identity, log=lambda message: console.print(message, style="yellow", markup=False))
+        result = tune(job.lm, job.prompter, job.train, job.curve_items, tcfg, kept, on_step,
+                      TunedPart(part, method, job.spelling))
     if result.stopped_early:
         console.print(f"[red]tuning stopped early:[/red] {result.stopped_early}")
     if result.early_stop_step is not None:
