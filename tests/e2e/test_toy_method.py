@@ -29,6 +29,7 @@ def prefixed(tmp_path, monkeypatch):
     monkeypatch.setattr(methods, "_loaded", False)
     yield
     methods.unregister(NAME)
+    methods._BROKEN.pop("broken", None)
     sys.modules.pop("softeval_prefixed", None)
 
 
@@ -74,6 +75,15 @@ def test_a_method_of_another_distribution_runs_compares_and_reports_as_a_built_i
     assert main(["report", str(out), "-o", str(report)]) == 0
     page = report.read_text()
     assert page.count(NAME) >= 2 and "Skipped" not in page  # its column and its paired test, like few-shot's
+
+
+def test_an_entry_point_that_does_not_load_is_one_line_when_chosen_and_breaks_nothing_else(prefixed, capsys):
+    assert "broken" not in methods.names() and methods.spec_of("zero-shot").label == "zero-shot"  # not taken over
+    assert main(["run", "--model", "m", "--task", "mmlu", "--method", "zero-shot,broken"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: method broken (softeval.methods entry point softeval_not_installed:SPEC of softeval-prefixed) does not "
+        "load: ModuleNotFoundError: No module named 'softeval_not_installed'; reinstall or fix that package, or use "
+        f"zero-shot, few-shot, soft-prompt, lora, {NAME}")
 
 
 def test_a_sweep_scores_a_method_its_workers_have_installed(prefixed, ray_cluster, tmp_path):

@@ -25,6 +25,8 @@ FILES = {
     "softeval_prefixed-1.0.dist-info/entry_points.txt": f"""
         [softeval.methods]
         {NAME} = softeval_prefixed:SPEC
+        broken = softeval_not_installed:SPEC
+        zero-shot = softeval_prefixed:SPEC
         """,
 }
 

@@ -91,6 +91,7 @@ class MethodSpec:
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
+_BROKEN: dict[str, str] = {}  # an entry point that did not load: why, said when its method is chosen
 _loaded = False
 
 
@@ -136,7 +137,23 @@ def _load() -> None:
     _REGISTRY.update({**first, **rest})
 
     for entry in metadata.entry_points(group=ENTRY_POINTS):
-        register(entry.load())
+        if entry.name not in _REGISTRY:  # a built-in's name stays the built-in's
+            _load_entry(entry)
+
+
+def _load_entry(entry: metadata.EntryPoint) -> None:
+    """Register the spec another package's entry point names; one that does not load (or names no spec of its own
+    name) is kept as why, said when its method is chosen (``spec_of``), so a broken package breaks no other run."""
+    try:
+        spec = entry.load()
+        if not isinstance(spec, MethodSpec) or spec.name != entry.name:
+            raise TypeError(f"it names {spec!r}, not a MethodSpec named {entry.name!r}")
+        register(spec)
+    except Exception as err:  # noqa: BLE001 (another package's code: any failure is said when it is chosen)
+        dist = entry.dist.name if entry.dist is not None else "an installed package"
+        why = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        _BROKEN[entry.name] = (f"method {entry.name} ({ENTRY_POINTS} entry point {entry.value} of {dist}) does not "
+                               f"load: {type(err).__name__}: {why}")
 
 
 def specs() -> tuple[MethodSpec, ...]:
@@ -184,6 +201,8 @@ def known(name: object) -> bool:
 def spec_of(name: str) -> MethodSpec:
     """The spec of a registered method; an unknown name is a UserError naming the methods there are."""
     _load()
+    if isinstance(name, str) and name in _BROKEN:
+        raise UserError(f"{_BROKEN[name]}; reinstall or fix that package, or use {', '.join(names())}")
     if not isinstance(name, str) or name not in _REGISTRY:
         raise UserError(f"unknown method {shown(name)}: use {', '.join(names())}")
     return _REGISTRY[name]
