@@ -47,52 +47,68 @@ def act(action: str) -> None:
             time.sleep(0.05)
 
 
-def install(hook: str) -> None:
-    if hook == "none":
-        return
-    point, n, action = hook.split(":", 2)
-    n, seen, inside = int(n), {"count": 0}, {"on": False}
+class Hook:
+    """Counts the calls that reach the hook's point and does ``action`` at the ``n``-th."""
 
-    def reached() -> None:
-        seen["count"] += 1
-        if seen["count"] == n:
-            act(action)
+    def __init__(self, n: int, action: str) -> None:
+        self.n, self.action, self.count, self.inside = n, action, 0, False
 
-    def wrap(owner, name, when=lambda *a, **k: True):
+    def reached(self) -> None:
+        self.count += 1
+        if self.count == self.n:
+            act(self.action)
+
+    def wrap(self, owner, name, when=lambda *a, **k: True) -> None:
+        """A call of ``owner.name`` for which ``when`` holds reaches the point."""
         real = getattr(owner, name)
 
         def hooked(*args, **kw):
             if when(*args, **kw):
-                reached()
+                self.reached()
             return real(*args, **kw)
 
         setattr(owner, name, hooked)
 
-    def flag(owner, name):
-        """While ``owner.name`` runs, inside['on'] is true: count only the calls made from it."""
+    def flag(self, owner, name) -> None:
+        """While ``owner.name`` runs, ``inside`` is true: count only the calls made from it."""
         real = getattr(owner, name)
 
         def flagged(*args, **kw):
-            inside["on"] = True
+            self.inside = True
             try:
                 return real(*args, **kw)
             finally:
-                inside["on"] = False
+                self.inside = False
 
         setattr(owner, name, flagged)
 
-    if point == "tune":
-        wrap(tuning_loss, "target_loss_backward")
-    elif point == "score":
-        flag(pipeline, "score_items")
-        wrap(generation, "generate", when=lambda *a, **k: inside["on"])
-    elif point == "finish":
-        wrap(runs, "write_json", when=lambda path, data: Path(path).name == "results.json")
-    elif point == "index":  # only the index call of a run that is finishing, not of one found finished
-        flag(runs.RunFolder, "finish")
-        wrap(index, "record_run", when=lambda *a, **k: inside["on"])
-    else:
+
+def _at_score(hook: Hook) -> None:
+    hook.flag(pipeline, "score_items")
+    hook.wrap(generation, "generate", when=lambda *a, **k: hook.inside)
+
+
+def _at_index(hook: Hook) -> None:  # only the index call of a run that is finishing, not of one found finished
+    hook.flag(runs.RunFolder, "finish")
+    hook.wrap(index, "record_run", when=lambda *a, **k: hook.inside)
+
+
+POINTS = {
+    "tune": lambda hook: hook.wrap(tuning_loss, "target_loss_backward"),
+    "score": _at_score,
+    "finish": lambda hook: hook.wrap(runs, "write_json", when=lambda path, data: Path(path).name == "results.json"),
+    "index": _at_index,
+}
+
+
+def install(hook: str) -> None:
+    if hook == "none":
+        return
+    point, n, action = hook.split(":", 2)
+    counter = Hook(int(n), action)
+    if point not in POINTS:
         raise SystemExit(f"unknown hook point {point!r}")
+    POINTS[point](counter)
 
 
 def main() -> int:
