@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runfactory import write_run
+from runfactory import Extras, Items, write_run
 from scipy import stats
 
 from softeval.analysis.compare import compare_runs, load_runs, parse_pairs
@@ -26,7 +26,7 @@ def _table(out: Path, base: dict[str, list[int]], post: list[int], n: int = 10) 
         for (b, _), k in zip(PAIRS, counts):
             write_run(out, b, "mmlu", method, [i < k for i in range(n)])
     for (_, p), k in zip(PAIRS, post):
-        write_run(out, p, "mmlu", "zero-shot", [i < k for i in range(n)], model_kind="post-trained")
+        write_run(out, p, "mmlu", "zero-shot", [i < k for i in range(n)], extras=Extras(model_kind="post-trained"))
 
 
 def test_tau_and_rho_equal_hand_computed_values(tmp_path: Path) -> None:
@@ -69,7 +69,8 @@ def _noisy_runs(out: Path, n: int) -> None:
     post_rates = [0.3, 0.45, 0.7, 0.55, 0.85]
     for i, (b, p) in enumerate(zip(base_rates, post_rates)):
         write_run(out, f"base-{i}", "mmlu", "soft-prompt", list(rng.random(n) < b))
-        write_run(out, f"post-{i}", "mmlu", "zero-shot", list(rng.random(n) < p), model_kind="post-trained")
+        write_run(out, f"post-{i}", "mmlu", "zero-shot", list(rng.random(n) < p),
+                  extras=Extras(model_kind="post-trained"))
 
 
 def test_bootstrap_interval_contains_the_estimate_and_shrinks_with_more_items(tmp_path: Path) -> None:
@@ -106,8 +107,8 @@ def test_a_pair_naming_a_model_without_runs_is_refused(tmp_path: Path) -> None:
 def test_different_item_sets_are_restricted_to_common_items_and_said_so(tmp_path: Path) -> None:
     _table(tmp_path, {"zero-shot": [1, 4, 3, 5]}, [2, 5, 6])
     ids = [f"mmlu/test/{i}" for i in range(2, 10)]  # post-4 never saw items 0 and 1
-    write_run(tmp_path, "post-4", "mmlu", "zero-shot", [True] * 7 + [False], ids=ids,
-              model_kind="post-trained")
+    write_run(tmp_path, "post-4", "mmlu", "zero-shot", [True] * 7 + [False], items=Items(ids=ids),
+              extras=Extras(model_kind="post-trained"))
     runs, _ = load_runs(tmp_path)
     result = compare_runs(runs, PAIRS, n_boot=100)
     row = result.results[0]

@@ -155,21 +155,24 @@ def test_two_methods_are_compared_on_the_lowest_seed_both_ran(tmp_path):
     """Zero-shot of seeds 0 and 1, the soft prompt of seed 1 only: seed 1 against seed 1 (once zero-shot's seed 0
     against the soft prompt's seed 1); with no seed in common each one's lowest, and the seeds are named where both
     methods read the seed (few-shot and soft-prompt: it picks the shots, the tuning pool), not for zero-shot."""
-    from runfactory import write_run
+    from runfactory import Extras, write_run
 
     n = 20
     for seed, right in ((0, 2), (1, 5)):
         write_run(tmp_path, "m", "mmlu", "zero-shot", [i < right for i in range(n)], seed=seed,
-                  config={"seed": seed, "method": "zero-shot"})
+                  extras=Extras(config={"seed": seed, "method": "zero-shot"}))
     write_run(tmp_path, "m", "mmlu", "soft-prompt", [i < 10 for i in range(n)], seed=1,
-              config={"seed": 1, "method": "soft-prompt"})
+              extras=Extras(config={"seed": 1, "method": "soft-prompt"}))
     (row,) = paired_method_tests(load_runs(tmp_path)[0])
     assert (row.test.accuracy_a, row.test.accuracy_b, row.differs) == (0.25, 0.5, ())
     assert [r.seed for r in row.runs] == [1, 1]
     other = tmp_path / "other"
-    write_run(other, "m", "mmlu", "few-shot", [False] * n, seed=0, config={"seed": 0, "method": "few-shot"})
-    write_run(other, "m", "mmlu", "zero-shot", [False] * n, seed=0, config={"seed": 0, "method": "zero-shot"})
-    write_run(other, "m", "mmlu", "soft-prompt", [True] * n, seed=2, config={"seed": 2, "method": "soft-prompt"})
+    write_run(other, "m", "mmlu", "few-shot", [False] * n, seed=0,
+              extras=Extras(config={"seed": 0, "method": "few-shot"}))
+    write_run(other, "m", "mmlu", "zero-shot", [False] * n, seed=0,
+              extras=Extras(config={"seed": 0, "method": "zero-shot"}))
+    write_run(other, "m", "mmlu", "soft-prompt", [True] * n, seed=2,
+              extras=Extras(config={"seed": 2, "method": "soft-prompt"}))
     rows = paired_method_tests(load_runs(other)[0])
     differs = {({r.test.a, r.test.b} - {"soft-prompt"}).pop(): r.differs for r in rows}
     assert differs == {"few-shot": ("seed: 0 -> 2",), "zero-shot": ()}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runfactory import write_run
+from runfactory import Extras, Items, write_run
 
 from softeval.analysis.compare import load_runs
 from softeval.analysis.paired import mcnemar_exact, paired_test
@@ -53,8 +53,9 @@ def test_label_prior_wins_over_knowledge():
 def test_no_answer_is_not_a_prior(tmp_path):
     """A run whose commonest strict answer is 'none found' (free-form tasks) has no label prior."""
     n = 40
-    write_run(tmp_path, "m", "t", "zero-shot", [False] * n, format_ok=[i < 10 for i in range(n)])
-    write_run(tmp_path, "m", "t", "soft-prompt", [i < 20 for i in range(n)], format_ok=[i < 30 for i in range(n)])
+    write_run(tmp_path, "m", "t", "zero-shot", [False] * n, items=Items(format_ok=[i < 10 for i in range(n)]))
+    write_run(tmp_path, "m", "t", "soft-prompt", [i < 20 for i in range(n)],
+              items=Items(format_ok=[i < 30 for i in range(n)]))
     runs, _ = load_runs(tmp_path)
     (verdict,) = verdicts(runs)
     assert verdict.treated.top_answer != "None" and verdict.rule == "format-hid-knowledge"
@@ -170,7 +171,7 @@ def test_verdicts_read_run_folders(tmp_path):
     comes from the zero-shot run; the lowest seed of each method is compared."""
     n = 60
     write_run(tmp_path, "gemma", "arc", "zero-shot", [i < 8 for i in range(n)],
-                     format_ok=[i < 33 for i in range(n)], cloze_correct=[i < 36 for i in range(n)])
+              items=Items(format_ok=[i < 33 for i in range(n)], cloze_correct=[i < 36 for i in range(n)]))
     write_run(tmp_path, "gemma", "arc", "few-shot", [i < 12 for i in range(n)])
     write_run(tmp_path, "gemma", "arc", "soft-prompt", [i < 30 for i in range(n)])
     write_run(tmp_path, "gemma", "arc", "soft-prompt", [False] * n, seed=1)
@@ -197,8 +198,9 @@ def test_runs_of_other_settings_are_not_judged(tmp_path, capsys):
     soft = RunConfig(model="m", task="gsm8k").options("soft-prompt", here=False)
     zero = {k: v for k, v in soft.items() if k != "task_revision"} | {"method": "zero-shot"}
     n = 40
-    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n, config=zero)
-    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [i < 20 for i in range(n)], config=soft)
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, items=Items(format_ok=[False] * n),
+              extras=Extras(config=zero))
+    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [i < 20 for i in range(n)], extras=Extras(config=soft))
     runs, _ = load_runs(tmp_path)
     (v,) = verdicts(runs)
     assert v.rule == "other-settings" and v.sentence.startswith("not judged: the soft-prompt and zero-shot runs")
@@ -209,8 +211,8 @@ def test_runs_of_other_settings_are_not_judged(tmp_path, capsys):
     assert args.handler(args) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "soft-prompt vs zero-shot: the runs differ in more than their method (task_revision: not recorded" in said
-    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n,
-              config={**soft, "method": "zero-shot"})  # scored again with the soft prompt's settings
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * n, items=Items(format_ok=[False] * n),
+              extras=Extras(config={**soft, "method": "zero-shot"}))  # scored again with the soft prompt's settings
     (v,) = verdicts(load_runs(tmp_path)[0])
     assert v.rule == "format-hid-knowledge"
 

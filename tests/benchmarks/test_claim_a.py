@@ -1,7 +1,7 @@
 """benchmarks/claim_a.py's table: what it says about a format that saturated and one that did not."""
 
 from benchscripts import load_benchmark
-from runfactory import write_run
+from runfactory import Extras, Items, write_run
 
 claim_a = load_benchmark("claim_a")
 
@@ -9,19 +9,20 @@ claim_a = load_benchmark("claim_a")
 def _world(out):
     n = 20
     # gsm8k: few-shot follows the format, the soft prompt never reached it (the issue's GSM8K case)
-    write_run(out, "m", "gsm8k", "zero-shot", [False] * n, format_ok=[False] * n)
-    write_run(out, "m", "gsm8k", "few-shot", [True] + [False] * 19, format_ok=[True] * 19 + [False])
-    write_run(out, "m", "gsm8k", "soft-prompt", [False] * n, format_ok=[True] * 2 + [False] * 18,
-              tuning={"format_0.9_step": None, "steps_run": 80})
+    write_run(out, "m", "gsm8k", "zero-shot", [False] * n, items=Items(format_ok=[False] * n))
+    write_run(out, "m", "gsm8k", "few-shot", [True] + [False] * 19, items=Items(format_ok=[True] * 19 + [False]))
+    write_run(out, "m", "gsm8k", "soft-prompt", [False] * n, items=Items(format_ok=[True] * 2 + [False] * 18),
+              extras=Extras(tuning={"format_0.9_step": None, "steps_run": 80}))
     # mmlu: the soft prompt saturates at step 20 and gains 6 items over zero-shot
-    write_run(out, "m", "mmlu", "zero-shot", [True] * 4 + [False] * 16, format_ok=[True] * 10 + [False] * 10)
+    write_run(out, "m", "mmlu", "zero-shot", [True] * 4 + [False] * 16,
+              items=Items(format_ok=[True] * 10 + [False] * 10))
     write_run(out, "m", "mmlu", "few-shot", [True] * 5 + [False] * 15)
     curve = [{"step": 0, "loss": None, "format_rate": 0.5, "accuracy": 0.2},
              {"step": 1, "loss": 1.4, "format_rate": None, "accuracy": None},
              {"step": 10, "loss": 1.0, "format_rate": 0.875, "accuracy": 0.25},
              {"step": 20, "loss": 0.8, "format_rate": 0.9375, "accuracy": 0.25}]
     write_run(out, "m", "mmlu", "soft-prompt", [True] * 10 + [False] * 10,
-              tuning={"format_0.9_step": 20, "steps_run": 30}, curve=curve)
+              extras=Extras(tuning={"format_0.9_step": 20, "steps_run": 30}, curve=curve))
 
 
 def test_rows_and_table_say_where_the_format_saturated(tmp_path):
@@ -50,8 +51,8 @@ def test_a_format_not_reached_says_whether_the_held_out_loss_was_still_falling(t
                  "held_out_loss": x} for i, x in enumerate(losses)]
 
     for task, losses in (("gsm8k", [2.7, 1.31, 0.96]), ("math500", [1.27, 1.19, 1.185])):
-        write_run(tmp_path, "m", task, "soft-prompt", [False] * 4, format_ok=[False] * 4,
-                  tuning={"format_0.9_step": None, "steps_run": 80}, curve=curve(losses))
+        write_run(tmp_path, "m", task, "soft-prompt", [False] * 4, items=Items(format_ok=[False] * 4),
+                  extras=Extras(tuning={"format_0.9_step": None, "steps_run": 80}, curve=curve(losses)))
     falling, flat = (row for _, row in sorted((r["task"], r) for r in claim_a.rows(tmp_path, seed=0)))
     assert claim_a.saturated(falling) == ("no: held-out format_rate never reached 0.90 in 80 steps; its held-out "
                                           "loss was still falling (1.31 at step 40, 0.96 at step 80)")
@@ -70,8 +71,8 @@ def test_a_tuning_without_a_held_out_slice_is_not_said_to_have_missed_the_format
 
 def test_another_seed_s_zero_shot_run_is_this_seed_s(tmp_path):
     """A zero-shot run reads no seed (softeval finds seed 0's for --seed 1): the table of seed 1 shows it."""
-    write_run(tmp_path, "m", "gsm8k", "zero-shot", [True, False], format_ok=[True, False], seed=0)
-    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [True, True], format_ok=[True, True], seed=1)
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [True, False], seed=0, items=Items(format_ok=[True, False]))
+    write_run(tmp_path, "m", "gsm8k", "soft-prompt", [True, True], seed=1, items=Items(format_ok=[True, True]))
     (row,) = claim_a.rows(tmp_path, seed=1)
     assert row["zero-shot"]["accuracy"] == 0.5 and row["vs zero-shot"]["difference"] == 0.5
 
@@ -82,7 +83,7 @@ def test_a_saved_soft_prompt_scored_again_is_not_read_as_a_tuning_that_never_rea
 
 
 def test_a_pair_whose_soft_prompt_has_not_run_says_so(tmp_path):
-    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * 4, format_ok=[False] * 4)
+    write_run(tmp_path, "m", "gsm8k", "zero-shot", [False] * 4, items=Items(format_ok=[False] * 4))
     (row,) = claim_a.rows(tmp_path, seed=0)
     assert claim_a.saturated(row) == "soft prompt not run"
     assert "soft prompt not run" in claim_a.markdown([row])

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from runfactory import demo_runs, write_run
+from runfactory import Extras, demo_runs, write_run
 
 from softeval.analysis.report import build_report
 from softeval.cli.app import print_table
@@ -191,9 +191,9 @@ def test_a_lora_run_gets_its_column_curve_and_ranking_row_and_none_without_one(t
              {"step": 10, "loss": 1.2, "format_rate": 1.0, "accuracy": 0.5}]
     for i, (base, post) in enumerate(pairs):
         write_run(tmp_path / "runs", base, "mmlu", "zero-shot", [k < i for k in range(6)])
-        write_run(tmp_path / "runs", base, "mmlu", "lora", [k < i + 2 for k in range(6)], curve=curve)
+        write_run(tmp_path / "runs", base, "mmlu", "lora", [k < i + 2 for k in range(6)], extras=Extras(curve=curve))
         write_run(tmp_path / "runs", post, "mmlu", "zero-shot", [k < i + 3 for k in range(6)],
-                  model_kind="post-trained")
+                  extras=Extras(model_kind="post-trained"))
     page = build_report(tmp_path / "runs", tmp_path / "r.html", pairs=pairs, n_boot=60).read_text(encoding="utf-8")
     assert "<th>lora</th>" in page
     assert "Learning curves (soft-prompt and lora tuning)" in page and "No soft-prompt or lora runs" not in page

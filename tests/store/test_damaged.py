@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from runfactory import demo_runs, outcomes, write_run
+from runfactory import Extras, demo_runs, outcomes, write_run
 
 from softeval import cli
 from softeval.store import index
@@ -212,8 +212,8 @@ def test_a_damaged_curve_is_left_out_of_the_report_by_name(tmp_path, capsys, dam
     report draws the other curves and names the damaged one, instead of a traceback."""
     from runfactory import demo_curve
 
-    bad = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), curve=demo_curve())
-    write_run(tmp_path, "model-b", "mmlu", "soft-prompt", outcomes(10, 0.5), curve=demo_curve())
+    bad = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), extras=Extras(curve=demo_curve()))
+    write_run(tmp_path, "model-b", "mmlu", "soft-prompt", outcomes(10, 0.5), extras=Extras(curve=demo_curve()))
     (bad / "curve.jsonl").write_bytes(damage)
     code, out, err = _runs(["report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--n-boot", "50"], capsys)
     assert code == 0 and "Traceback" not in err

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from runfactory import outcomes, write_run
+from runfactory import Items, outcomes, write_run
 
 from softeval import cli
 from softeval.store import index
@@ -19,7 +19,7 @@ from softeval.store.runs import RunFolder
 def test_a_run_whose_items_share_an_id_is_read_by_nothing_downstream(tmp_path, capsys):
     """A run written before ids were checked (four items all 'same'): compare would key them into one
     item, so every reader skips the run, saying why."""
-    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(4, 0.5), ids=["same"] * 4)
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(4, 0.5), items=Items(ids=["same"] * 4))
     report = scan(tmp_path)
     assert report.runs == []
     assert "rows 1 and 2 are both item 'same'" in report.skipped[0][1]

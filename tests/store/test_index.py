@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from runfactory import outcomes, write_run
+from runfactory import Extras, outcomes, write_run
 
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, RunFormatError
@@ -34,7 +34,7 @@ def test_record_run_is_an_idempotent_upsert(tmp_path: Path) -> None:
 
 
 def test_record_run_refuses_a_partial_folder(tmp_path: Path) -> None:
-    run = write_run(tmp_path, "m", "mmlu", "zero-shot", outcomes(5, 0.4), partial=True)
+    run = write_run(tmp_path, "m", "mmlu", "zero-shot", outcomes(5, 0.4), extras=Extras(partial=True))
     with pytest.raises(RunFormatError, match="partial"):
         index.record_run(tmp_path, run)
 
@@ -70,7 +70,7 @@ def test_two_processes_writing_at_once_both_land(tmp_path: Path) -> None:
 
 def test_rebuild_skips_half_written_and_foreign_folders_and_says_which(tmp_path: Path) -> None:
     good = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
-    partial = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), partial=True)
+    partial = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), extras=Extras(partial=True))
     torn = write_run(tmp_path, "model-a", "mmlu", "few-shot", outcomes(10, 0.5), seed=1)
     text = (torn / "results.json").read_text()
     (torn / "results.json").write_text(text[: len(text) // 2])
@@ -123,7 +123,7 @@ def test_cli_runs_rebuild_json_lists_runs_and_reports_skips_on_stderr(
     from softeval.cli import analysis as cli_analysis
 
     write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5))
-    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5), partial=True)
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5), extras=Extras(partial=True))
     parser = argparse.ArgumentParser()
     cli_analysis.register(parser.add_subparsers())
     args = parser.parse_args(["runs", str(tmp_path), "--rebuild", "--json"])

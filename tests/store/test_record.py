@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from runfactory import outcomes, write_run
+from runfactory import Items, outcomes, write_run
 from tiny import tiny_lm, toy_config
 
 from softeval import cli
@@ -117,7 +117,7 @@ def test_a_results_json_with_a_key_the_record_lacks_is_damage(tmp_path):
 
 def test_metrics_the_samples_give_but_results_json_lacks_are_damage(tmp_path):
     run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5),
-                    cloze_correct=outcomes(10, 0.3))
+                    items=Items(cloze_correct=outcomes(10, 0.3)))
     metrics = json.loads((run / RESULTS_FILE).read_text())["metrics"]
     del metrics["cloze_accuracy_norm"]
     _rewrite(run, metrics=metrics)

@@ -11,6 +11,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,34 +33,42 @@ def _metric(k: float, n: int) -> dict[str, Any]:
     return {"value": value, "ci_low": low, "ci_high": high, "n": n}
 
 
-def write_run(
-    out: Path,
-    model: str,
-    task: str,
-    method: str,
-    correct: Sequence[bool],
-    *,
-    seed: int = 0,
-    format_ok: Sequence[bool] | None = None,
-    lenient_correct: Sequence[bool] | None = None,
-    loglik_correct: Sequence[bool] | None = None,
-    ids: Sequence[str] | None = None,
-    model_kind: str = "base",
-    curve: list[dict[str, Any]] | None = None,
-    partial: bool = False,
-    cloze_correct: Sequence[bool] | None = None,
-    tuning: dict[str, Any] | None = None,
-    config: dict[str, Any] | None = None,
-) -> Path:
-    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
+@dataclass(frozen=True)
+class Items:
+    """The per-item outcomes beside strict correctness, and the items' ids; each None: format always followed,
+    lenient = strict, no letter log-likelihood or cloze scores, ids ``TASK/test/i``."""
+
+    format_ok: Sequence[bool] | None = None
+    lenient_correct: Sequence[bool] | None = None
+    loglik_correct: Sequence[bool] | None = None
+    cloze_correct: Sequence[bool] | None = None
+    ids: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a run folder holds beside its outcomes: results.json's model kind, tuning and config, the curve
+    (curve.jsonl); ``partial``: the folder of a run not finished (``.partial``)."""
+
+    model_kind: str = "base"
+    curve: list[dict[str, Any]] | None = None
+    tuning: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    partial: bool = False
+
+
+def _ids(task: str, n: int, items: Items) -> list[str]:
+    return list(items.ids) if items.ids is not None else [f"{task}/test/{i}" for i in range(n)]
+
+
+def _samples(task: str, correct: Sequence[bool], items: Items) -> list[dict[str, Any]]:
+    """samples.jsonl's rows: gold letters in turn, a wrong answer the next letter, no strict answer off format."""
     n = len(correct)
-    format_ok = list(format_ok) if format_ok is not None else [True] * n
-    lenient_correct = list(lenient_correct) if lenient_correct is not None else list(correct)
-    ids = list(ids) if ids is not None else [f"{task}/test/{i}" for i in range(n)]
+    format_ok = list(items.format_ok) if items.format_ok is not None else [True] * n
+    lenient_correct = list(items.lenient_correct) if items.lenient_correct is not None else list(correct)
+    ids = _ids(task, n, items)
     if any(c and not f for c, f in zip(correct, format_ok)):
         raise ValueError("an item cannot be strictly correct without following the format")
-    run_dir = out / model.replace("/", "--") / task / method / f"seed{seed}{'.partial' if partial else ''}"
-    run_dir.mkdir(parents=True, exist_ok=True)
     samples = []
     for i in range(n):
         gold = "ABCD"[i % 4]
@@ -72,41 +81,60 @@ def write_run(
             "strict": strict, "lenient": lenient, "gold": gold, "format_ok": bool(format_ok[i]),
             "correct": bool(correct[i]), "lenient_correct": bool(lenient_correct[i]),
         }
-        if loglik_correct is not None:
-            sample["letter_loglik_pred"] = gold if loglik_correct[i] else wrong
-            sample["letter_loglik_correct"] = bool(loglik_correct[i])
-        if cloze_correct is not None:
-            sample["cloze_correct"] = sample["cloze_norm_correct"] = bool(cloze_correct[i])
+        if items.loglik_correct is not None:
+            sample["letter_loglik_pred"] = gold if items.loglik_correct[i] else wrong
+            sample["letter_loglik_correct"] = bool(items.loglik_correct[i])
+        if items.cloze_correct is not None:
+            sample["cloze_correct"] = sample["cloze_norm_correct"] = bool(items.cloze_correct[i])
         sample["hit_max_new_tokens"] = False
         sample["failure"] = None if format_ok[i] else "wrong_style"
         samples.append(sample)
+    return samples
+
+
+def _metrics(samples: list[dict[str, Any]], items: Items) -> dict[str, Any]:
+    """results.json's metrics, from the samples' outcomes."""
+    n = len(samples)
+    correct = [s["correct"] for s in samples]
+    format_ok = [s["format_ok"] for s in samples]
     n_fmt = sum(format_ok)
     metrics = {
         "accuracy": _metric(sum(correct), n),
         "format_rate": _metric(n_fmt, n),
         "knowledge_accuracy": _metric(sum(c for c, f in zip(correct, format_ok) if f), n_fmt),
-        "lenient_accuracy": _metric(sum(lenient_correct), n),
+        "lenient_accuracy": _metric(sum(s["lenient_correct"] for s in samples), n),
     }
-    if loglik_correct is not None:
-        metrics["letter_loglik_accuracy"] = _metric(sum(loglik_correct), n)
-    if cloze_correct is not None:
-        metrics["cloze_accuracy"] = metrics["cloze_accuracy_norm"] = _metric(sum(cloze_correct), n)
-    failed = n - n_fmt
+    if items.loglik_correct is not None:
+        metrics["letter_loglik_accuracy"] = _metric(sum(items.loglik_correct), n)
+    if items.cloze_correct is not None:
+        metrics["cloze_accuracy"] = metrics["cloze_accuracy_norm"] = _metric(sum(items.cloze_correct), n)
+    return metrics
+
+
+def write_run(out: Path, model: str, task: str, method: str, correct: Sequence[bool], *, seed: int = 0,
+              items: Items = Items(), extras: Extras = Extras()) -> Path:
+    """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
+    samples = _samples(task, correct, items)
+    run_dir = out / model.replace("/", "--") / task / method / f"seed{seed}{'.partial' if extras.partial else ''}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    n = len(samples)
+    failed = n - sum(s["format_ok"] for s in samples)
     text = "".join(json.dumps(s) + "\n" for s in samples)
     results = {  # every key of softeval.store.record.Results, in its order
         "format_version": RESULTS_FORMAT_VERSION, "softeval_version": "0.1.0", "model": model,
-        "model_kind": model_kind, "model_kind_source": "preset", "task": task, "method": method, "seed": seed,
-        "n": n, "series": None, "step": None, "metrics": metrics,
+        "model_kind": extras.model_kind, "model_kind_source": "preset", "task": task, "method": method, "seed": seed,
+        "n": n, "series": None, "step": None, "metrics": _metrics(samples, items),
         "answers": {key: [list(kv) for kv in Counter(s[key] for s in samples).most_common(5)]
                     for key in ("strict", "gold")},
         "format_failures": {"causes": {"empty": 0, "max_new_tokens": 0, "wrong_style": failed,
                                        "refusal_or_echo": 0, "other": 0},
                             "failed": failed, "hit_max_new_tokens": 0},
-        "item_ids": ids,
+        "item_ids": _ids(task, n, items),
         "split": {"tune": "dev", "eval": "test", "held_out": False, "seed": 1234, "note": "synthetic"},
         "chat_template": False, "engine": {"backend": "hf"}, "truncated_prompts": 0, "unscorable": 0,
-        "tuning": {"steps": len(curve or []), "lr": 0.03, **(tuning or {})} if method in tuned_names() else None,
-        "config": config or {}, "versions": {"python": "3.11"}, "git": None,
+        "tuning": ({"steps": len(extras.curve or []), "lr": 0.03, **(extras.tuning or {})}
+                   if method in tuned_names() else None),
+        "config": extras.config or {}, "versions": {"python": "3.11"}, "git": None,
         "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00",
         "wall_seconds": 60.0,
         "samples_count": n, "samples_sha256": hashlib.sha256(text.encode()).hexdigest(),
@@ -117,8 +145,8 @@ def write_run(
     if folder is not None:  # a finished tuned run holds what it trained (a stand-in: nothing reads it)
         (run_dir / folder).mkdir(exist_ok=True)
         (run_dir / folder / "adapter_model.safetensors").write_bytes(b"stand-in")
-    if curve is not None:
-        (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in curve), encoding="utf-8")
+    if extras.curve is not None:
+        (run_dir / "curve.jsonl").write_text("".join(json.dumps(c) + "\n" for c in extras.curve), encoding="utf-8")
     return run_dir
 
 
@@ -149,13 +177,14 @@ def demo_runs(out: Path, n: int = 60, name_prefix: str = "") -> list[tuple[str, 
         base, partner = f"{name_prefix}base-{i}", f"{name_prefix}post-{i}"
         fmt = outcomes(n, min(1.0, zero + 0.35), offset=i)
         strict = [c and f for c, f in zip(outcomes(n, soft, offset=i), fmt)]
-        write_run(out, base, "mmlu", "zero-shot", strict, format_ok=fmt,
-                  lenient_correct=outcomes(n, soft, offset=i), loglik_correct=outcomes(n, soft + 0.05),
-                  cloze_correct=outcomes(n, soft + 0.1))
+        write_run(out, base, "mmlu", "zero-shot", strict,
+                  items=Items(format_ok=fmt, lenient_correct=outcomes(n, soft, offset=i),
+                              loglik_correct=outcomes(n, soft + 0.05), cloze_correct=outcomes(n, soft + 0.1)))
         write_run(out, base, "mmlu", "few-shot", outcomes(n, few, offset=i),
-                  loglik_correct=outcomes(n, soft + 0.05))
-        write_run(out, base, "mmlu", "soft-prompt", outcomes(n, soft, offset=i), curve=demo_curve(),
-                  loglik_correct=outcomes(n, soft + 0.05))
-        write_run(out, partner, "mmlu", "zero-shot", outcomes(n, post, offset=i), model_kind="post-trained")
+                  items=Items(loglik_correct=outcomes(n, soft + 0.05)))
+        write_run(out, base, "mmlu", "soft-prompt", outcomes(n, soft, offset=i),
+                  items=Items(loglik_correct=outcomes(n, soft + 0.05)), extras=Extras(curve=demo_curve()))
+        write_run(out, partner, "mmlu", "zero-shot", outcomes(n, post, offset=i),
+                  extras=Extras(model_kind="post-trained"))
         pairs.append((base, partner))
     return pairs

@@ -65,14 +65,14 @@ def test_explicit_list(tmp_path):
 
 
 def test_series_report_has_a_curve_per_series_and_task(tmp_path):
-    from runfactory import write_run
+    from runfactory import Items, write_run
 
     from softeval.analysis.report import build_report
 
     for step in (100, 200, 300):
         for method, k in (("zero-shot", step // 100 % 2), ("soft-prompt", step // 100)):
             run = write_run(tmp_path, f"r--checkpoint-{step}", "facts", method, [True] * k + [False] * (4 - k),
-                            cloze_correct=[True] * 3 + [False])
+                            items=Items(cloze_correct=[True] * 3 + [False]))
             results = json.loads((run / "results.json").read_text())
             results.update(series="r", step=step)
             if method == "soft-prompt":
