@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -60,9 +61,23 @@ def corpus_batch(table: dict[str, str], rng: random.Random, batch: int, cued: fl
     return docs
 
 
-def train_series(folder: Path, table: dict[str, str], steps: int = 400, save_every: int = 100, seed: int = 0,
-                 cued: float = 0.3, lr: float = 2e-3, batch: int = 32,
-                 hidden: int = 32, layers: int = 2) -> list[Path]:
+@dataclass(frozen=True)
+class Pretraining:
+    """How the series' tiny Llama is pre-trained on the fact corpus: ``steps`` of AdamW at ``lr`` on ``batch``
+    documents, a ``cued`` share of them in the ``#key=value;`` register, a checkpoint every ``save_every`` steps;
+    the model's size (``hidden``, ``layers``) and the seed of its init and of the corpus draws."""
+
+    steps: int = 400
+    save_every: int = 100
+    seed: int = 0
+    cued: float = 0.3
+    lr: float = 2e-3
+    batch: int = 32
+    hidden: int = 32
+    layers: int = 2
+
+
+def train_series(folder: Path, table: dict[str, str], settings: Pretraining = Pretraining()) -> list[Path]:
     """Pre-train a tiny Llama from scratch on the fact corpus; save ``checkpoint-<step>/`` every
     ``save_every`` steps (model and tokenizer). Returns the checkpoint folders, in step order.
 
@@ -71,34 +86,44 @@ def train_series(folder: Path, table: dict[str, str], steps: int = 400, save_eve
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _train(folder, table, steps, save_every, seed, cued, lr, batch, hidden, layers)
+        return _train(folder, table, settings)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(folder, table, steps, save_every, seed, cued, lr, batch, hidden, layers) -> list[Path]:
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
+def _padded(tok, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The documents' token ids, each ended by EOS and padded to the longest, and their attention mask."""
+    docs = [tok(text).input_ids + [tok.eos_token_id] for text in texts]
+    width = max(len(d) for d in docs)
+    ids = torch.tensor([d + [tok.pad_token_id] * (width - len(d)) for d in docs])
+    mask = torch.tensor([[1] * len(d) + [0] * (width - len(d)) for d in docs])
+    return ids, mask
+
+
+def _save(model, tok, path: Path) -> Path:
+    model.eval()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    model.train()
+    return path
+
+
+def _train(folder: Path, table: dict[str, str], settings: Pretraining) -> list[Path]:
+    torch.manual_seed(settings.seed)
+    rng = random.Random(settings.seed)
     tok = tiny_tokenizer()
-    model = tiny_model(len(tok), seed=seed, layers=layers, hidden=hidden, init_range=0.02)
+    model = tiny_model(len(tok), seed=settings.seed, layers=settings.layers, hidden=settings.hidden,
+                       init_range=0.02)
     model.requires_grad_(True)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
     saved = []
-    for step in range(1, steps + 1):
-        docs = [tok(text).input_ids + [tok.eos_token_id] for text in corpus_batch(table, rng, batch, cued)]
-        width = max(len(d) for d in docs)
-        ids = torch.tensor([d + [tok.pad_token_id] * (width - len(d)) for d in docs])
-        mask = torch.tensor([[1] * len(d) + [0] * (width - len(d)) for d in docs])
+    for step in range(1, settings.steps + 1):
+        ids, mask = _padded(tok, corpus_batch(table, rng, settings.batch, settings.cued))
         loss = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        if step % save_every == 0:
-            path = folder / f"checkpoint-{step}"
-            model.eval()
-            model.save_pretrained(path)
-            tok.save_pretrained(path)
-            model.train()
-            saved.append(path)
+        if step % settings.save_every == 0:
+            saved.append(_save(model, tok, folder / f"checkpoint-{step}"))
     return saved
