@@ -120,9 +120,8 @@ def _decimal(f: Fraction) -> str | None:
     return None
 
 
-def variants(gold: str) -> list[tuple[str, str]]:
-    """(kind, text) for each LaTeX variant that applies to ``gold``; each means the same as ``gold``."""
-    s = gold.strip()
+def _rewritten(s: str) -> list[tuple[str, str]]:
+    """The same LaTeX written otherwise: delimiters, spacing, \\dfrac, unbraced arguments, \\left/\\right."""
     out = [("$...$", f"${s}$"),
            ("spaces", re.sub(r"\s*,(?!\\!)\s*", ", ", re.sub(r"\s*([+\-=])\s*", r" \1 ", s)).strip()),
            ("no spaces", re.sub(r"\s*([+\-=,])\s*", r"\1", s))]
@@ -134,6 +133,12 @@ def variants(gold: str) -> list[tuple[str, str]]:
         out.append(("\\sqrt2", re.sub(r"\\sqrt\{(\d)\}", r"\\sqrt\1", s)))
     if re.search(r"[()\[\]]", s) and "\\left" not in s:
         out.append(("\\left/\\right", re.sub(r"([(\[])", r"\\left\1", re.sub(r"([)\]])", r"\\right\1", s))))
+    return out
+
+
+def _fraction_forms(s: str) -> list[tuple[str, str]]:
+    """A fraction as a/b and as a decimal; a decimal as a fraction."""
+    out = []
     fraction = _fraction(s)
     if fraction is not None:
         out.append(("a/b", f"{fraction.numerator}/{fraction.denominator}"))
@@ -143,6 +148,12 @@ def variants(gold: str) -> list[tuple[str, str]]:
         f = Fraction(s)
         sign = "-" if f < 0 else ""
         out.append(("\\frac12 for 0.5", f"{sign}\\frac{{{abs(f.numerator)}}}{{{f.denominator}}}"))
+    return out
+
+
+def _number_forms(s: str) -> list[tuple[str, str]]:
+    """A whole number as an equation, with a decimal point and with its thousands grouped; a number as a percent."""
+    out = []
     if re.fullmatch(r"-?\d+", s):
         out += [("x = n", f"x = {s}"), ("n.0", f"{s}.0")]
         if abs(int(s)) >= 1000:
@@ -151,12 +162,24 @@ def variants(gold: str) -> list[tuple[str, str]]:
                     ("1\\,000", grouped.replace(",", "\\,"))]
     if re.fullmatch(r"-?\d+(?:\.\d+)?", s):
         out.append(("n\\%", f"{s}\\%"))
+    return out
+
+
+def _stripped(s: str) -> list[tuple[str, str]]:
+    """Without its unit, or without its \\text{}."""
+    out = []
     unit = re.sub(r"\s*(?:\^\\circ|\\(?:text|mbox)\{\s*[a-z]+\s*\}(?:\^2)?)$", "", s.replace("\\$", ""))
     if unit and unit != s:
         out.append(("unit dropped", unit))
     if re.fullmatch(r"\\text\{[^{}]*\}", s):
         out.append(("no \\text{}", s[6:-1]))
     return out
+
+
+def variants(gold: str) -> list[tuple[str, str]]:
+    """(kind, text) for each LaTeX variant that applies to ``gold``; each means the same as ``gold``."""
+    s = gold.strip()
+    return _rewritten(s) + _fraction_forms(s) + _number_forms(s) + _stripped(s)
 
 
 def test_the_agreement_variants_of_real_golds_match_their_gold():
