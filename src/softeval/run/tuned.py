@@ -118,9 +118,8 @@ class SoftPromptPart:
     folder is started: a bad one leaves no folder); saved into the run's folder either way."""
 
     def __init__(self, job, spec: MethodSpec):
-        self.job, self.spec = job, spec
-        cfg = job.config
-        self.loaded = SoftPrompt.load(cfg.soft_prompt, job.lm) if cfg.soft_prompt else None
+        self.spec = spec
+        self.loaded = SoftPrompt.load(job.config.soft_prompt, job.lm) if job.config.soft_prompt else None
 
     def train(self, job, partial: Path, identity: dict) -> Trained:
         cfg, lm = job.config, job.lm
