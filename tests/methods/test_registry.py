@@ -39,6 +39,9 @@ def test_an_unknown_method_is_one_line_naming_those_there_are():
     ({"reads": ("tokens",)}, r"reads \['tokens'\], which are not options only some methods read"),
     ({"role": "judge"}, "role must be one of"),
     ({"trains": ADAPTER}, "name the folder a finished run keeps it in"),
+    ({"name": "../up"}, "a run folder and `--method a,b` hold it"),
+    ({"name": "a,b"}, "a run folder and `--method a,b` hold it"),
+    ({"name": ""}, "a run folder and `--method a,b` hold it"),
 ])
 def test_a_spec_that_says_what_cannot_hold_is_refused_when_registered(change, message):
     spec = MethodSpec(**{"name": "bad", "label": "bad", "colour": "#000000", "who": "it", "role": BASELINE, **change})

@@ -12,6 +12,7 @@ imports nothing heavy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -90,6 +91,7 @@ class MethodSpec:
         return option not in METHOD_OPTIONS or option in self.reads
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a method's name: one folder of a run's path, one item of --method
 _REGISTRY: dict[str, MethodSpec] = {}
 _BROKEN: dict[str, str] = {}  # an entry point that did not load: why, said when its method is chosen
 _loaded = False
@@ -112,6 +114,9 @@ def unregister(name: str) -> None:
 def _check(spec: MethodSpec) -> None:
     if not isinstance(spec, MethodSpec):
         raise TypeError(f"not a MethodSpec: {spec!r}")
+    if not isinstance(spec.name, str) or not NAME.fullmatch(spec.name):
+        raise ValueError(f"method name {spec.name!r}: a run folder and `--method a,b` hold it, so letters, digits, "
+                         "'.', '_' and '-' only, starting with a letter or digit")
     bad = [o for o in spec.reads if o not in METHOD_OPTIONS]
     if bad:
         raise ValueError(f"method {spec.name!r} reads {bad}, which are not options only some methods read "
@@ -128,7 +133,8 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    from softeval.methods import few_shot, lora, soft_prompt, zero_shot  # each registers itself
+    # here, not at the top: each imports this module to register itself
+    from softeval.methods import few_shot, lora, soft_prompt, zero_shot
 
     # the built-ins first, in the order tables show them (imports register in import order, which isort sorts)
     first = {s.name: s for s in (zero_shot.SPEC, few_shot.SPEC, soft_prompt.SPEC, lora.SPEC)}
