@@ -29,8 +29,8 @@ from softeval.analysis.ranking_stats import (
 )
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
-from softeval.methods import REFERENCE, with_role
 from softeval.methods import names as method_names
+from softeval.methods import reference
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
@@ -54,7 +54,7 @@ def post_methods() -> tuple[str, ...]:
 
 def reference_method() -> str:
     """The default --post-method: the REFERENCE method (the bare prompt: how a post-trained model is used)."""
-    return with_role(REFERENCE)[0]
+    return reference()
 
 
 @dataclass

@@ -16,13 +16,6 @@ from softeval.store.format import Run
 from softeval.store.identity import setting_diff
 
 
-def paired() -> tuple[tuple[str, str], ...]:
-    """Paired significance, each (baseline, treated): every treatment against the reference and each baseline, on
-    the same model and items (the registry's roles: softeval.methods)."""
-    firsts = (*methods.with_role(methods.REFERENCE), *methods.with_role(methods.BASELINE))
-    return tuple((a, t) for t in methods.with_role(methods.TREATMENT) for a in firsts)
-
-
 def runs_by_seed(runs: Sequence[Run]) -> dict[tuple[str, str, str], dict[int, Run]]:
     """Per (task, model, method) its runs by seed."""
     found: dict[tuple[str, str, str], dict[int, Run]] = {}
@@ -40,15 +33,16 @@ def pair_of(a: dict[int, Run], b: dict[int, Run]) -> tuple[Run, Run]:
 
 def paired_method_tests(runs: list[Run], metric: str = "accuracy",
                         pairs: Sequence[tuple[str, str]] | None = None) -> list[PairedRow]:
-    """McNemar's exact test and the paired difference of each pair of methods (default: ``paired()``, the
-    treatment against the reference and against each baseline), per task and model, on the items both runs scored
-    (one seed each: pair_of; a test whose runs lack samples.jsonl is left out)."""
+    """McNemar's exact test and the paired difference of each pair of methods (default:
+    ``methods.treatment_pairs()``, the treatment against the reference and against each baseline), per task and
+    model, on the items both runs scored (one seed each: pair_of; a test whose runs lack samples.jsonl is left
+    out)."""
     if metric not in PER_ITEM:
         raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
     found = runs_by_seed(runs)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in found}):
-        for a, b in paired() if pairs is None else pairs:
+        for a, b in methods.treatment_pairs() if pairs is None else pairs:
             if (task, model, a) not in found or (task, model, b) not in found:
                 continue
             run_a, run_b = pair_of(found[(task, model, a)], found[(task, model, b)])

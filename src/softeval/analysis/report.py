@@ -24,7 +24,7 @@ from softeval.analysis.report_testbed import testbed_section
 from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
-from softeval.methods import BASELINE, REFERENCE, TREATMENT, label_of, names, pairs, specs, tuned_names, with_role
+from softeval.methods import compared, label_of, names, pairs, reference, specs, treatment, tuned_names
 from softeval.metrics import kind_label, top_answer
 from softeval.protocol import METRICS
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
@@ -34,21 +34,6 @@ MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report open
 MAX_CURVES = 24
 FAILURE_EXAMPLES = 2  # per cause and run in the failure browser
 
-def _reference() -> str | None:
-    """The REFERENCE method (the bare prompt): its run gives the format-free references."""
-    return next(iter(with_role(REFERENCE)), None)
-
-
-def _treatment() -> str | None:
-    """The TREATMENT method: the one whose permutation scores and paired tests the knowledge table shows."""
-    return next(iter(with_role(TREATMENT)), None)
-
-
-def _compared() -> tuple[str, ...]:
-    """What the treatment is tested against in the knowledge table: the reference, then each baseline."""
-    return (*with_role(REFERENCE), *with_role(BASELINE)) if _treatment() else ()
-
-
 def _short(label: str) -> str:
     """A label's first word, where a column header names the treatment short ("soft" of "soft-prompt")."""
     return label.split("-")[0]
@@ -57,12 +42,12 @@ def _short(label: str) -> str:
 def knowledge_columns(methods: tuple[str, ...]) -> tuple[str, ...]:
     """The knowledge table's header with a column of strict accuracy per method in ``methods``."""
     first = ("model", "cloze", "cloze per char", "letter log-lik.", *(label_of(m) for m in methods))
-    treatment = _treatment()
-    if treatment is None:
+    treated = treatment()
+    if treated is None:
         return first
-    label = label_of(treatment)
+    label = label_of(treated)
     return (*first, f"{label} permutation consistency", f"{label} circular acc.",
-            *(f"{_short(label)} − {label_of(m)}" for m in _compared()))
+            *(f"{_short(label)} − {label_of(m)}" for m in compared()))
 
 
 def table_methods(runs: list[Run]) -> tuple[str, ...]:
@@ -110,7 +95,8 @@ def render(
         "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}), "groups": groups,
         "n_tasks": len({r.task for r in runs}), "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed,
-        "reference": label_of(_reference() or ""), "tuned_and": _listed(tuned, "and"), "tuned_or": _listed(tuned, "or")}
+        "reference": label_of(reference() or ""), "tuned_and": _listed(tuned, "and"),
+        "tuned_or": _listed(tuned, "or")}
     if runs:
         samples = {run.path: _samples(run) for run in runs}
         # f1 only where a run has it (a task that scores token F1): a column of dashes would widen every
@@ -151,8 +137,9 @@ def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) ->
     letter log-likelihood) beside each method's strict accuracy, the soft prompt's label-prior check and
     the paired tests; the cloze figure; and why outputs failed the format."""
     tests = paired_method_tests(runs, pairs=pairs())  # the table's pairs and the verdicts' at once
-    reference, treatment, compared = _reference(), _treatment(), _compared()
-    paired = {(r.task, r.model, r.test.a): r for r in tests if r.test.b == treatment}
+    ref, treated = reference(), treatment()
+    against = compared() if treated else ()
+    paired = {(r.task, r.model, r.test.a): r for r in tests if r.test.b == treated}
     said = verdicts(runs, tests)
     blocks = []
     for task in sorted({r.task for r in runs}):
@@ -166,15 +153,15 @@ def knowledge_blocks(runs: list[Run], samples: dict[Path, list[dict] | None]) ->
                       for metric in METRICS if run.metric(metric)}
             bars.append((model, values))
             cloze_from = next((meth for meth in names() if (("cloze_accuracy", meth) in values)), None)
-            own = () if treatment is None else (values.get(("permutation_consistency", treatment)),
-                                                values.get(("circular_accuracy", treatment)))
+            own = () if treated is None else (values.get(("permutation_consistency", treated)),
+                                                values.get(("circular_accuracy", treated)))
             rows.append({
-                "model": model, "cloze_from": None if cloze_from in (None, reference) else cloze_from,
+                "model": model, "cloze_from": None if cloze_from in (None, ref) else cloze_from,
                 "metrics": [values.get(("cloze_accuracy", cloze_from)),
                             values.get(("cloze_accuracy_norm", cloze_from)),
-                            values.get(("letter_loglik_accuracy", cloze_from or reference)),
+                            values.get(("letter_loglik_accuracy", cloze_from or ref)),
                             *(values.get(("accuracy", meth)) for meth in table_methods(runs)), *own],
-                "paired": [paired.get((task, model, meth)) for meth in compared]})
+                "paired": [paired.get((task, model, meth)) for meth in against]})
         if not any((metric, meth) in v for _, v in bars for meth in names()
                    for metric in ("cloze_accuracy", "accuracy")):
             continue

@@ -10,7 +10,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from softeval.analysis.plots import img
-from softeval.methods import TREATMENT, colour_of, label_of, names, with_role
+from softeval.methods import colour_of, label_of, names, treatment
 from softeval.store.format import Run
 
 # (metric, label, line style): the strict score, and the format-free references where a run has them.
@@ -77,14 +77,14 @@ def _tuning(run: Run | None) -> str | None:
 def series_section(runs: list[Run]) -> list[dict[str, Any]]:
     """Per series and task, what templates/series.html.j2 shows: its figure, and a table of each method's
     accuracy and format_rate and the treatment's tuning (the soft prompt's) per step."""
-    treatment = next(iter(with_role(TREATMENT)), "")
+    treated = treatment() or ""
     blocks = []
     for (series, task), cells in sorted(series_runs(runs).items()):
         methods = [m for m in names() if any(k[0] == m for k in cells)]
         rows = []
         for step in sorted({step for _, step in cells}):
             at_step = [cells.get((m, step)) for m in methods]
-            rows.append({"step": step, "tuning": _tuning(cells.get((treatment, step))),
+            rows.append({"step": step, "tuning": _tuning(cells.get((treated, step))),
                          "metrics": [run.metric(metric) if run else None
                                      for run in at_step for metric in ("accuracy", "format_rate")]})
         blocks.append({
@@ -92,5 +92,5 @@ def series_section(runs: list[Run]) -> list[dict[str, Any]]:
             "chart": img(series_figure(cells, f"{series} · {task}"),
                          f"{series} {task} score and format by step"),
             "columns": ["step", *(f"{label_of(m)} {what}" for m in methods for what in ("accuracy", "format")),
-                        f"{label_of(treatment)} tuning".lstrip()]})
+                        f"{label_of(treated)} tuning".lstrip()]})
     return blocks

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from softeval import methods
 from softeval.analysis.compare import (
     PER_ITEM,
     Comparison,
@@ -31,7 +32,7 @@ from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
-from softeval.methods import BASELINE, REFERENCE, TREATMENT, label_of, with_role
+from softeval.methods import TREATMENT, label_of, with_role
 from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
@@ -174,7 +175,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _print_comparison(console, comparison)
     elif not paired and not groups:
         treated = " or ".join(label_of(m) for m in with_role(TREATMENT))
-        against = " or ".join(label_of(m) for m in (*with_role(REFERENCE), *with_role(BASELINE)))
+        against = " or ".join(label_of(m) for m in methods.compared())
         raise UserError(f"nothing to compare: no model has a {treated} run beside a {against} run "
                         "on the same task, and no --pair BASE=POST was given for the ranking")
     return 0

@@ -220,12 +220,31 @@ def order(methods: Iterable[str]) -> list[str]:
     return sorted(set(methods), key=lambda m: (rank.get(m, len(rank)), m))
 
 
+def reference() -> str | None:
+    """The REFERENCE method (the bare prompt): its run gives the format-free references, and post-trained models are
+    scored with it (how they are used)."""
+    return next(iter(with_role(REFERENCE)), None)
+
+
+def treatment() -> str | None:
+    """The TREATMENT method: the one the knowledge table's permutation scores and paired tests are about."""
+    return next(iter(with_role(TREATMENT)), None)
+
+
+def compared() -> tuple[str, ...]:
+    """What a treatment is tested against: the reference, then each baseline."""
+    return (*with_role(REFERENCE), *with_role(BASELINE))
+
+
+def treatment_pairs() -> tuple[tuple[str, str], ...]:
+    """Each (baseline, treated) pair of a treatment against what it is compared with (``compared``)."""
+    return tuple((a, t) for t in with_role(TREATMENT) for a in compared())
+
+
 def pairs() -> tuple[tuple[str, str], ...]:
-    """The comparisons the verdicts read, each (baseline, treated): every treatment against the reference and each
-    baseline; then each baseline against the reference (read when no treatment ran)."""
-    firsts = (*with_role(REFERENCE), *with_role(BASELINE))
-    return (*((a, t) for t in with_role(TREATMENT) for a in firsts),
-            *((r, b) for b in with_role(BASELINE) for r in with_role(REFERENCE)))
+    """The comparisons the verdicts read, each (baseline, treated): ``treatment_pairs``; then each baseline against
+    the reference (read when no treatment ran)."""
+    return (*treatment_pairs(), *((r, b) for b in with_role(BASELINE) for r in with_role(REFERENCE)))
 
 
 def colour_of(name: str, fallback: str = "#444444") -> str:

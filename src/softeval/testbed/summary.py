@@ -9,10 +9,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from softeval import methods
 from softeval.analysis.compare import load_item_scores
 from softeval.analysis.ranking_stats import ItemScores
 from softeval.errors import UserError
-from softeval.methods import TREATMENT, label_of, spec_of, with_role
+from softeval.methods import label_of, spec_of
 from softeval.metrics import wilson
 from softeval.store.format import Run
 from softeval.testbed.recipes import FORMAT_LITTLE, NEVER_SAW, Recipe
@@ -50,7 +51,7 @@ def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dic
     """Each control recipe, per world, with whether it held (docs/knowledge.md, "The ranking claim on a world
     with known answers")."""
     out = []
-    treatment = next(iter(with_role(TREATMENT)), "")  # the method FORMAT_LITTLE is not ranked high by
+    treatment = methods.treatment() or ""  # the method FORMAT_LITTLE is not ranked high by
     who = spec_of(treatment).who if treatment else "the treatment"
     for recipe in recipes:
         if recipe.control is None:

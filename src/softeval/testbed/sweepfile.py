@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from softeval.methods import REFERENCE, names, with_role
+from softeval.methods import names, reference
 from softeval.protocol import BASE, POST_TRAINED
 from softeval.store.format import TESTBED_SWEEP
 
 
 def post_method() -> str:
     """The method a post-trained partner is scored with: the REFERENCE method (the bare prompt, how it is used)."""
-    return with_role(REFERENCE)[0]
+    return reference()
 
 
 def base_methods() -> tuple[str, ...]:
