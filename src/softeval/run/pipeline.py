@@ -278,14 +278,20 @@ def score_samples(job: Job, spec: MethodSpec, rows: list[dict]) -> list[dict]:
             add_permutations(sample, example, row["permutation_picks"])
         sample["prompt"] = prompt
         samples.append(sample)
-    unscorable = sum(1 for s in samples if s.get("unscorable"))
+    unscorable, truncated = shortfalls(job, samples)
     if unscorable:
         console.print(f"[yellow]{unscorable} item(s) could not be scored within the matcher's time limit: "
                       "counted as not correct and as `unscorable` in results.json[/yellow]")
-    truncated = sum(1 for e in job.items if e.id in prompter.truncated)
     if truncated:
         console.print(f"[yellow]{truncated} prompt(s) were longer than the context and cut from the left[/yellow]")
     return samples
+
+
+def shortfalls(job: Job, samples: list[dict]) -> tuple[int, int]:
+    """How many items could not be scored within the matcher's time limit, and how many prompts were cut to fit
+    the context (results.json's ``unscorable`` and ``truncated_prompts``)."""
+    return (sum(1 for s in samples if s.get("unscorable")),
+            sum(1 for e in job.items if e.id in job.prompter.truncated))
 
 
 def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, trained: Trained, identity: dict,
@@ -293,6 +299,7 @@ def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, train
     """results.json of one method's run (its record: softeval.store.record), in the order it is written."""
     cfg, lm, prompter = job.config, job.lm, job.prompter
     found = versions()
+    unscorable, truncated = shortfalls(job, samples)
     metrics = aggregate(samples)
     source_metrics = job.task.extra.get("source_metrics")  # a task source's own aggregation (lm-eval's)
     if source_metrics is not None:
@@ -309,8 +316,8 @@ def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, train
         split={**job.splits.describe(), "item_seed": ITEM_SEED},
         chat_template=prompter.chat,
         engine=job.engine().record(),
-        truncated_prompts=sum(1 for e in job.items if e.id in prompter.truncated),
-        unscorable=sum(1 for s in samples if s.get("unscorable")),
+        truncated_prompts=truncated,
+        unscorable=unscorable,
         tuning=trained.tuning,
         config=identity,
         versions=found, git=git_hash(),

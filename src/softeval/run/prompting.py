@@ -78,12 +78,16 @@ class Prompter:
     items: list[Example] = field(default_factory=list)
     _rendered: dict = field(default_factory=dict)  # (shots, item id) -> the task's own prompt
 
+    def shots_of(self, spec: MethodSpec | None) -> list[Example]:
+        """The solved shots put before each item by the method of ``spec`` (None: the bare prompt, none)."""
+        return self.shots if spec is not None and spec.shots else []
+
     def full_text(self, example: Example, method: str | None = None) -> str:
         """The rendered prompt of ``method`` (None: the bare prompt): instruction, its shots, the item, framed as its
         spec says (in the chat template when it is on); or the task's own (``Task.contexts``: the scored items'
         prompts rendered together, in one call), framed as a whole."""
         spec = _spec(method)
-        shots = self.shots if spec is not None and spec.shots else []
+        shots = self.shots_of(spec)
         if self.task.contexts is not None:
             return _framed(spec, self._own_text(example, len(shots)))
         return self._assemble(self.task.instruction,
@@ -167,11 +171,10 @@ class Prompter:
     def cloze_text(self, example: Example, method: str) -> str:
         """The cloze prompt of an item under a method: no instruction (it speaks of letters); few-shot
         puts the shots before it in the same form, each with its gold option's text."""
-        spec = _spec(method)
         if self.task.contexts is not None:
             return self.full_text(example, method)
         solved = []
-        for shot in self.shots if spec is not None and spec.shots else []:
+        for shot in self.shots_of(_spec(method)):
             texts, gold = self.task.cloze_options(shot)
             solved.append((self.task.cloze(shot), " " + texts[gold]))
         return self._assemble("", solved, self.task.cloze(example))
