@@ -16,27 +16,22 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval import methods
 from softeval.analysis.compare import (
     PER_ITEM,
     Comparison,
-    compare_runs,
-    load_runs,
     parse_pairs,
     post_methods,
     reference_method,
 )
-from softeval.analysis.groups import group_scores
-from softeval.analysis.pairs import PairedRow, paired_method_tests
-from softeval.analysis.post_scores import PostScores, read_post_scores
+from softeval.analysis.pairs import PairedRow
+from softeval.analysis.post_scores import PostScores
 from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
-from softeval.methods import TREATMENT, label_of, with_role
+from softeval.methods import label_of
 from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
-from softeval.store.groups import read_groups
 
 DEFAULT_RUNS = "runs"
 
@@ -141,43 +136,30 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _post_scores(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> PostScores | None:
     """The --post-scores file, read and checked before any run is; None without one."""
-    if args.post_scores is None:
-        return None
-    if not pairs:
-        raise UserError(f"--post-scores {args.post_scores} is the post-trained side of a ranking: give --pair "
-                        "BASE=POST for each base model (at least 3), POST as the file names it")
-    return read_post_scores(args.post_scores)
+    from softeval.analysis.compare_record import post_side
+
+    return post_side(args.post_scores, pairs)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    # the record is built once, in the analysis layer (softeval.results.compare returns the same one as data)
+    from softeval.analysis.compare_record import compare_record, nothing_to_compare
+
     out = _runs_dir(args)
-    pairs = parse_pairs(args.pair)
-    post_scores = _post_scores(args, pairs)
-    runs, skipped = load_runs(out)
-    paired_metric = args.metric if PER_ITEM.get(args.metric, ("", None))[1] is None else "accuracy"
-    paired = paired_method_tests(runs, paired_metric)
-    comparison = compare_runs(runs, pairs, args.metric, args.post_method, args.n_boot,
-                              post_scores=post_scores) if pairs else None
-    groups = group_scores([r.results for r in runs], read_groups(out))
+    record = compare_record(out, parse_pairs(args.pair), args.metric, args.post_method, args.n_boot,
+                            args.post_scores)
     if args.json:
-        data = comparison.to_json() if comparison else {}
-        data["paired_tests"] = [row.to_json() for row in paired]
-        data["lm_eval_groups"] = [row.to_json() for row in groups]
-        data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in skipped]
-        print(json.dumps(data, indent=2))
+        print(json.dumps(record.to_json(), indent=2))
         return 0
     console = table_console()
-    for path, why in skipped:
+    for path, why in record.skipped:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
-    _print_paired(console, paired)
-    print_group_scores(console, groups)
-    if comparison:
-        _print_comparison(console, comparison)
-    elif not paired and not groups:
-        treated = " or ".join(label_of(m) for m in with_role(TREATMENT))
-        against = " or ".join(label_of(m) for m in methods.compared())
-        raise UserError(f"nothing to compare: no model has a {treated} run beside a {against} run "
-                        "on the same task, and no --pair BASE=POST was given for the ranking")
+    _print_paired(console, record.paired)
+    print_group_scores(console, record.groups)
+    if record.comparison:
+        _print_comparison(console, record.comparison)
+    elif record.empty:
+        raise nothing_to_compare()
     return 0
 
 
