@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from softeval.analysis.choices import PER_ITEM, post_methods, reference_method  # the options' choices, kept light
 from softeval.analysis.post_scores import PostScores, boot_post_scores, check_pairs
 from softeval.analysis.ranking_stats import (
     MIN_BOOT,
@@ -30,31 +31,9 @@ from softeval.analysis.ranking_stats import (
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.methods import names as method_names
-from softeval.methods import reference
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
-# Each metric as (per-item numerator field, per-item denominator field or None for "every item").
-PER_ITEM: dict[str, tuple[str, str | None]] = {
-    "accuracy": ("correct", None),
-    "lenient_accuracy": ("lenient_correct", None),
-    "format_rate": ("format_ok", None),
-    "letter_loglik_accuracy": ("letter_loglik_correct", None),
-    "cloze_accuracy": ("cloze_correct", None),
-    "cloze_accuracy_norm": ("cloze_norm_correct", None),
-    "circular_accuracy": ("circular_correct", None),
-    "knowledge_accuracy": ("correct", "format_ok"),  # a ratio: correct among format-following items
-}
 MIN_PAIRS = 3
-
-
-def post_methods() -> tuple[str, ...]:
-    """What --post-method may name: a registered method, or "best" (each post-trained model by its best one)."""
-    return (*method_names(), "best")
-
-
-def reference_method() -> str:
-    """The default --post-method: the REFERENCE method (the bare prompt: how a post-trained model is used)."""
-    return reference()
 
 
 @dataclass

@@ -10,21 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval.analysis.compare import (
-    PER_ITEM,
-    Comparison,
-    parse_pairs,
-    post_methods,
-    reference_method,
-)
-from softeval.analysis.pairs import PairedRow
-from softeval.analysis.post_scores import PostScores
+from softeval.analysis.choices import PER_ITEM, post_methods, reference_method
 from softeval.cli.groups import print_group_scores
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
@@ -32,6 +24,11 @@ from softeval.methods import label_of
 from softeval.metrics import kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
+
+if TYPE_CHECKING:  # the statistics import numpy and scipy: `softeval runs` and --help do without them
+    from softeval.analysis.compare import Comparison
+    from softeval.analysis.pairs import PairedRow
+    from softeval.analysis.post_scores import PostScores
 
 DEFAULT_RUNS = "runs"
 
@@ -143,6 +140,7 @@ def _post_scores(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> Post
 
 def cmd_compare(args: argparse.Namespace) -> int:
     # the record is built once, in the analysis layer (softeval.results.compare returns the same one as data)
+    from softeval.analysis.compare import parse_pairs
     from softeval.analysis.compare_record import compare_record, nothing_to_compare
 
     out = _runs_dir(args)
@@ -191,6 +189,7 @@ def _p(value: float | None) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     # lazy: the report imports matplotlib, slow to import; only this command needs it
+    from softeval.analysis.compare import parse_pairs
     from softeval.analysis.report import build_report
 
     out = _runs_dir(args)
