@@ -10,33 +10,32 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval.analysis.groups import group_scores
-from softeval.analysis.verdict import verdicts
 from softeval.cli import analysis, schema, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
-from softeval.cli.options import add_options
+from softeval.cli.options import add_options, option_group
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
-from softeval.lm.models import load_model
 from softeval.lm.presets import PRESETS, preset_installed
 from softeval.methods import SOFT_PROMPT, default_names, names, spec_of, training, untuned_names
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
 from softeval.protocol import METRICS, SOURCE_METRICS
-from softeval.run.config import COMMON, EVAL, TUNING, RunConfig
-from softeval.run.groups import run_group
-from softeval.run.pipeline import found_run, run_job
+from softeval.run.config import COMMON, EVAL, METHODS, TUNING, RunConfig
 from softeval.store.format import Run
-from softeval.tasks import TASKS
-from softeval.tasks.base import Task
-from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval, listing
-from softeval.tasks.lmeval_group import is_group
+
+if TYPE_CHECKING:
+    from softeval.tasks.base import Task
+
+# This module and the parser import no torch, transformers, scipy or Ray: `softeval --help`, `softeval runs` and
+# the listing commands start at once. What runs a model (run.pipeline, lm.models) or judges runs (analysis.verdict)
+# is imported by the handler that needs it (tests/cli/test_imports.py).
 
 
 class Parser(argparse.ArgumentParser):
@@ -86,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
     add_options(run, COMMON)
     add_options(run, TUNING)
-    run.add_argument("--method", default=",".join(default_names()),
-                     help=f"comma-separated methods of {', '.join(names())} (default %(default)s)")
+    option_group(run, METHODS).add_argument("--method", default=",".join(default_names()),
+                                            help=f"comma-separated methods of {', '.join(names())} "
+                                                 "(default %(default)s)")
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
@@ -98,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
     add_options(ev, COMMON)
     add_options(ev, EVAL)
-    ev.add_argument("--method", default=None, help="comma-separated methods (default: zero-shot,few-shot, "
-                                                   "or soft-prompt when --soft-prompt is given)")
+    option_group(ev, METHODS).add_argument("--method", default=None,
+                                           help="comma-separated methods (default: zero-shot,few-shot, "
+                                                "or soft-prompt when --soft-prompt is given)")
     ev.set_defaults(handler=cmd_eval)
 
     tasks = sub.add_parser("tasks", help="list tasks with their sources and split sizes")
@@ -136,6 +137,12 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def cmd_run(args) -> int:
+    from softeval.analysis.groups import group_scores
+    from softeval.run.groups import run_group
+    from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
+    from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval
+    from softeval.tasks.lmeval_group import is_group
+
     config = _config(args, _methods(args.method))
     if is_lmeval(config.task) and is_group(config.task, config.include_path):
         record, per_task = run_group(config)  # each subtask a run of its own
@@ -161,6 +168,8 @@ def cmd_eval(args) -> int:
         if spec_of(method).tunes and trains != SOFT_PROMPT:
             raise UserError(f"softeval eval scores without tuning, and {method} tunes a {trains}: use `softeval run "
                             f"--method {method}`")
+    from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
+
     config = _config(args, methods, soft_prompt=args.soft_prompt)
     results = run_job(config)
     print_table(results)
@@ -231,6 +240,9 @@ def print_table(results: list[dict]) -> None:
 
 def print_verdicts(config: RunConfig, results: list[dict]) -> None:
     """Under the table, what the numbers mean: a verdict per pair of methods (analysis/verdict.py)."""
+    from softeval.analysis.verdict import verdicts  # scipy
+    from softeval.run.pipeline import found_run
+
     runs = []
     for r in results:
         path = found_run(config, r["method"])[0].final  # a zero-shot run may be another seed's
@@ -245,6 +257,8 @@ def print_verdicts(config: RunConfig, results: list[dict]) -> None:
 
 def _lm_eval_tasks(args) -> int:
     """``softeval tasks --lm-eval [PATTERN]``: lm-eval's tasks matching PATTERN (lmeval_bridge.listing)."""
+    from softeval.tasks.lmeval_bridge import listing
+
     rows = listing(args.lm_eval, args.include_path)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -304,6 +318,8 @@ def cmd_tasks(args) -> int:
     task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
     if args.lm_eval is not None:
         return _lm_eval_tasks(args)
+    from softeval.tasks import TASKS  # the task registry: when tasks are listed
+
     rows = [_task_row(task, args.source) for task in TASKS.values()]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -318,6 +334,8 @@ def cmd_models(args) -> int:
         installed = preset_installed(preset)
         params = preset.params
         if installed and args.count_params:
+            from softeval.lm.models import load_model  # torch: only to count
+
             params = load_model(preset.name, device="cpu").n_params()
         rows.append({"name": preset.name, "kind": preset.kind, "installed": installed,
                      "params": params, "description": preset.description,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval.analysis.groups import GroupScore
+if TYPE_CHECKING:
+    from softeval.analysis.groups import GroupScore
 
 
 def print_group_scores(console: Console, rows: list[GroupScore]) -> None:

@@ -1,13 +1,15 @@
 """Command-line flags from the option table (run/config.py): their names, types, choices, defaults and
 help are the table's, so a flag and a sweep file's key cannot drift apart. A row's live choices (``--backend``'s)
 are read when a value is checked or the usage shown, and a help the row writes by a function when ``--help``
-shows it: a backend registered or installed after the table was defined is among them."""
+shows it: a backend registered or installed after the table was defined is among them. Each flag goes in its
+row's group (``GROUPS``: model and task, methods, tuning, LoRA, engine, output, advanced), which help shows in
+that order."""
 
 from __future__ import annotations
 
 import argparse
 
-from softeval.run.config import BY_TARGET, OPTIONS, Option
+from softeval.run.config import BY_TARGET, GROUPS, OPTIONS, Option
 
 
 class KeyValues(argparse.Action):
@@ -57,11 +59,22 @@ def or_none(kind: type):
     return read
 
 
+def option_group(p: argparse.ArgumentParser, group: str) -> argparse._ArgumentGroup:
+    """``p``'s argument group ``group`` (a title of ``GROUPS``). All of them are made the first time, in
+    ``GROUPS``' order, so help lists them in that order whatever is added first; one left empty is not shown."""
+    made = getattr(p, "_softeval_groups", None)
+    if made is None:
+        made = {title: p.add_argument_group(title, line) for title, line in GROUPS.items()}
+        p._softeval_groups = made
+    return made[group]
+
+
 def add_options(p: argparse.ArgumentParser, where: str) -> None:
-    """The flags of the table's rows given ``where`` (COMMON, TUNING or EVAL), in the table's order."""
+    """The flags of the table's rows given ``where`` (COMMON, TUNING or EVAL), in the table's order, each
+    in its row's group."""
     for row in OPTIONS.values():
         if row.where == where:
-            add_option(p, row)
+            add_option(option_group(p, row.group), row)
 
 
 def _value_kwargs(row: Option) -> dict:
@@ -100,7 +113,7 @@ def _help_writer(row: Option, passed_on: bool):
     return help
 
 
-def add_option(p: argparse.ArgumentParser, row: Option, passed_on: bool = False) -> None:
+def add_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, row: Option, passed_on: bool = False) -> None:
     """One row's flag. ``passed_on``: the flag of a command that hands the option to runs it builds
     (`softeval track`): not given, it is absent from the parsed arguments (``none`` given is None), so the run's own
     default applies, and the help says it."""

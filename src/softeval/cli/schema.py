@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import pkgutil
 
-from softeval.sweep.schema import sweep_file_schema
-from softeval.tasks.schema import task_file_schema
-
-SCHEMAS = {"task": task_file_schema, "sweep": sweep_file_schema}
+# Each file's schema function, imported when its schema is asked for (the declarations import pydantic).
+SCHEMAS = {"task": "softeval.tasks.schema:task_file_schema", "sweep": "softeval.sweep.schema:sweep_file_schema"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,5 +23,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(SCHEMAS[args.file](), indent=2, ensure_ascii=False))
+    print(json.dumps(pkgutil.resolve_name(SCHEMAS[args.file])(), indent=2, ensure_ascii=False))
     return 0

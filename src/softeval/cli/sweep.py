@@ -6,9 +6,6 @@ import argparse
 
 from softeval.consoles import table_console
 from softeval.errors import UserError
-from softeval.sweep.driver import plan, run_sweep
-from softeval.sweep.file import load_sweep
-from softeval.sweep.view import print_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,6 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from softeval.sweep.driver import plan, run_sweep  # Ray, torch: only when a sweep is read or run
+    from softeval.sweep.file import load_sweep
+    from softeval.sweep.view import print_plan
+
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
     sweep = load_sweep(args.file, local=args.address is None)

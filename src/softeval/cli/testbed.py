@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from softeval.consoles import message_console
 from softeval.errors import UserError
-from softeval.testbed.driver import Settings, run_testbed
+
+if TYPE_CHECKING:
+    from softeval.testbed.driver import Settings
 
 QUICK_PEOPLE, FULL_PEOPLE = 40, 120
 QUICK_SEEDS, FULL_SEEDS = "0", "0,1,2"
@@ -50,6 +53,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
         raise UserError(f"--exposure-scale must be above 0 and at most 100, not {args.exposure_scale}")
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
+    from softeval.testbed.driver import Settings  # the testbed's driver imports torch and Ray: when it runs
+
     return Settings(args.quick, seeds, people, args.steps, args.exposure_scale)
 
 
@@ -59,5 +64,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder: give a folder (it is created if missing)")
     out.mkdir(parents=True, exist_ok=True)
+    from softeval.testbed.driver import run_testbed
+
     run_testbed(out, settings, message_console(), args.max_parallel)
     return 0

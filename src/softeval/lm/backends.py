@@ -18,15 +18,18 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from softeval.errors import UserError, shown
 from softeval.lm.engine import HF, Engine, Names
-from softeval.lm.models import LoadedModel
+
+if TYPE_CHECKING:  # annotations only: the backends' table imports no torch (the option table reads it)
+    from softeval.lm.models import LoadedModel
 
 ENTRY_POINTS = "softeval.backends"  # the entry-point group through which another distribution adds a backend
 
 # (the loaded model, the run's --eval-batch-size, its engine arguments or None) -> a started Engine
-StartEngine = Callable[[LoadedModel, int, dict | None], Engine]
+StartEngine = Callable[["LoadedModel", int, dict | None], Engine]
 # (model, the device the run runs on or None on a sweep's driver, engine arguments, Names) -> None, or a UserError
 Check = Callable[[str, str | None, dict | None, Names], None]
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from softeval.lm.batching import Progress
+
+if TYPE_CHECKING:  # annotations only: the engine's description imports no torch (the CLI's start)
+    import torch
 
 HF = "hf"  # the backend of softeval's own engine, and the default
 

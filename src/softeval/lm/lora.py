@@ -27,13 +27,10 @@ import torch
 
 from softeval.errors import UserError
 from softeval.lm.models import LoadedModel
+from softeval.lm.settings import ALL_LINEAR, LORA_TARGETS  # the default targets, and PEFT's every-linear
 from softeval.lm.softprompt import SOFTEVAL_META
 from softeval.protocol import LORA_FORMAT_VERSION
 
-# The default targets: the attention projections of Llama, Gemma, Qwen, Mistral and most decoders.
-# PEFT's own default for those is q_proj and v_proj alone; train-before-test (lm-harmony) kept that default.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-ALL_LINEAR = "all-linear"  # PEFT's name for every linear layer but the output head
 PEFT_MISSING = "--method lora needs peft, which is not installed: pip install 'softeval[peft]'"
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from softeval.lm.models import LoadedModel
+from softeval.lm.settings import TUNE_DTYPES
 
-TUNE_DTYPES = ("auto", "float32", "bfloat16")
 NAMED = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CPU_BF16_FLAGS = ("amx_bf16",)  # /proc/cpuinfo flags of fast bf16 arithmetic: AMX (not AVX512-BF16 alone)
 # torch's own CPU probes (torch.cpu), used where this torch has them

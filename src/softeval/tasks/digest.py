@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from softeval.checks import is_data_file
-from softeval.tasks.custom import is_task_file, read_spec
 
 CHUNK = 1 << 20
 RECENT_NS = 3 * 10**9  # a file changed this recently is read again, never taken from the cache
@@ -51,6 +50,8 @@ def _file_sha256(path: str, version: tuple[int, ...]) -> bytes:
 def task_file_sha256(task: str) -> str | None:
     """One sha256 over the sha256s of a task file and of the data files it names (``data``, ``tune_data``,
     resolved from its folder as the task reads them); None for a built-in task name."""
+    from softeval.tasks.custom import is_task_file, read_spec  # the task files' reader (jinja2, pydantic): when needed
+
     if not isinstance(task, str) or not is_task_file(task):
         return None
     path = Path(task)
