@@ -99,3 +99,9 @@ gpu-check:
 
 clean:
 	rm -rf $(VENV) $(VVENV) build src/*.egg-info
+
+# The command-line reference, docs/reference/cli.md, written from the parser and its option table; a test
+# (tests/cli/test_reference.py) fails when the committed page differs from what this writes.
+.PHONY: cli-reference
+cli-reference: $(BIN)/softeval
+	$(BIN)/python -m softeval.cli.reference docs/reference/cli.md

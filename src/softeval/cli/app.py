@@ -83,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="tune a soft prompt and score zero-shot, few-shot and soft-prompt")
-    add_options(run, COMMON)
-    add_options(run, TUNING)
-    option_group(run, METHODS).add_argument("--method", default=",".join(default_names()),
+    option_group(run, METHODS).add_argument("--method", default=",".join(default_names()),  # its group's first
                                             help=f"comma-separated methods of {', '.join(names())} "
                                                  "(default %(default)s)")
+    add_options(run, COMMON)
+    add_options(run, TUNING)
     run.set_defaults(handler=cmd_run)
 
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
@@ -96,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     tune.set_defaults(handler=cmd_run, method=training(SOFT_PROMPT)[0])
 
     ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
-    add_options(ev, COMMON)
-    add_options(ev, EVAL)
     option_group(ev, METHODS).add_argument("--method", default=None,
                                            help="comma-separated methods (default: zero-shot,few-shot, "
                                                 "or soft-prompt when --soft-prompt is given)")
+    add_options(ev, COMMON)
+    add_options(ev, EVAL)
     ev.set_defaults(handler=cmd_eval)
 
     tasks = sub.add_parser("tasks", help="list tasks with their sources and split sizes")
