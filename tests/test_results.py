@@ -132,6 +132,9 @@ def test_compare_is_the_record_the_cli_prints(root, capsys):
     assert got.ranking_mean["kendall_tau"].iloc[0] == pytest.approx(printed["average"][0]["kendall_tau"])
     assert [s["path"] for s in got.skipped] == [s["path"] for s in printed["skipped_folders"]]
     assert str(root / "tiny-x" / "toyformat" / "few-shot" / "seed1") in {s["path"] for s in got.skipped}
+    with pytest.warns(SkippedRunWarning):  # pairs as a dict or as BASE=POST strings: the same record
+        for pairs in (dict(PAIRS), [f"{b}={p}" for b, p in PAIRS]):
+            assert compare(root, pairs, post_scores=root.parent / "post.csv", n_boot=200).record == got.record
 
 
 def test_compare_without_pairs_has_no_ranking(root):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from softeval.errors import UserError, shown
+from softeval.methods import names as method_names
 from softeval.metrics import top_answer
 from softeval.protocol import METRICS, SOURCE_METRICS
 from softeval.store.format import Run, RunFormatError, check_run
@@ -81,7 +82,7 @@ def _name_skipped(skipped: Iterable[tuple[Path, str]]) -> list[dict[str, str]]:
 
 def load_runs(root: str | os.PathLike) -> pd.DataFrame:
     """One row per finished run under ``root`` (an output root, ``softeval run --out``), ordered by task, model,
-    method and seed. Columns:
+    method (zero-shot, few-shot, soft-prompt, lora: the registry's order) and seed. Columns:
 
     - ``model``, ``model_kind`` (base, post-trained), ``model_kind_source``, ``task``, ``method``, ``seed``, ``n``
       (scored items), ``series`` and ``step`` (a checkpoint of a series; else None): results.json's;
@@ -104,7 +105,9 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
 
     pd = _pandas()
     runs, skipped = read_runs(Path(root))
-    rows = [_run_row(run) for run in sorted(runs, key=lambda r: (r.task, r.model, r.method, r.seed))]
+    order = {m: i for i, m in enumerate(method_names())}
+    rows = [_run_row(run) for run in sorted(runs, key=lambda r: (r.task, r.model, order.get(r.method, len(order)),
+                                                                   r.method, r.seed))]
     metrics = [m for m in METRICS if m in EVERY_RUN_METRICS or any(m in r["metrics"] for r in rows)]
     metrics += sorted({m for r in rows for m in r["metrics"]} - set(metrics))
     causes = list(dict.fromkeys(c for r in rows for c in r["causes"]))
