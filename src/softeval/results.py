@@ -27,6 +27,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from softeval.analysis.compare import Correlation, parse_pairs
+from softeval.analysis.compare import load_runs as read_runs
+from softeval.analysis.compare_record import compare_record
+from softeval.analysis.groups import GroupScore
+from softeval.analysis.paired import PairedTest
 from softeval.errors import UserError, shown
 from softeval.methods import names as method_names
 from softeval.metrics import top_answer
@@ -101,8 +106,6 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
 
     Folders skipped (damaged, unfinished) are named: a SkippedRunWarning each and ``df.attrs["skipped"]``
     ([{path, reason}]); ``df.attrs["root"]`` is ``root``."""
-    from softeval.analysis.compare import load_runs as read_runs
-
     pd = _pandas()
     runs, skipped = read_runs(Path(root))
     order = {m: i for i, m in enumerate(method_names())}
@@ -213,11 +216,6 @@ def compare(root: str | os.PathLike, pairs: Sequence[tuple[str, str] | str] | Ma
     ranking); ``metric``: what to test and rank by; ``post_method``: how the post-trained side is scored (None: the
     reference method, zero-shot; ``"best"``: each one's best); ``post_scores``: that side from a CSV or JSON file
     instead; ``n_boot``: bootstrap replicates."""
-    from softeval.analysis.compare import Correlation, parse_pairs
-    from softeval.analysis.compare_record import compare_record
-    from softeval.analysis.groups import GroupScore
-    from softeval.analysis.paired import PairedTest
-
     pd = _pandas()
     if not Path(root).is_dir():
         raise UserError(f"runs folder {shown(str(root))} does not exist")
