@@ -8,7 +8,7 @@
     record = compare("runs")                       # the record of `softeval compare --json`
 
 Runs are read by the reader every command uses (softeval.store.format.scan, through analysis.compare.load_runs:
-the rules of what a finished, valid run is live there, docs/run-format.md). A folder that is not one (damaged,
+the rules of what a finished, valid run is live there, docs/reference/run-format.md). A folder that is not one (damaged,
 unfinished, of another format) is left out and named with the reason: one ``SkippedRunWarning`` per folder, shown
 every time, and ``df.attrs["skipped"]``, a list of ``{"path", "reason"}``.
 
@@ -100,9 +100,10 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
       other), ``hit_max_new_tokens``, ``truncated_prompts``, ``unscorable``, ``finished_at``, ``wall_seconds``,
       ``softeval_version``, ``lm_eval`` (an lm-eval task's own scores, a dict; else None);
     - ``path`` (the run folder) and ``rel`` (under ``root``);
-    - the run's identity (docs/run-format.md, "Run identity": every option it ran with that its method reads):
-      ``identity`` (a dict), ``identity_sha256`` (a sha256 of it: equal exactly when two runs are one run), and
-      ``config.<option>`` for each of its options (None where a run's method does not read the option).
+    - the run's identity (docs/reference/run-format.md, "Run identity": every option it ran with that its method
+      reads): ``identity`` (a dict), ``identity_sha256`` (the sha256 of its JSON, keys sorted: equal for two runs of
+      the same options), and ``config.<option>`` for each of its options (None where a run's method does not read
+      the option).
 
     Folders skipped (damaged, unfinished) are named: a SkippedRunWarning each and ``df.attrs["skipped"]``
     ([{path, reason}]); ``df.attrs["root"]`` is ``root``."""
@@ -149,8 +150,8 @@ def load_samples(run: str | os.PathLike | Mapping[str, Any] | Any) -> pd.DataFra
     (``<root>/<model>/<task>/<method>/seed<N>``), or a row of load_runs (its ``path``).
 
     The run is read and checked as every reader checks it (store.format.check_run: a damaged or unfinished run is
-    refused in one line naming why). Columns are samples.jsonl's fields (docs/run-format.md), these first: ``id``,
-    ``output`` (the generated text), ``strict`` and ``lenient`` (the answer each reader found; None: none),
+    refused in one line naming why). Columns are samples.jsonl's fields (docs/reference/run-format.md), these first:
+    ``id``, ``output`` (the generated text), ``strict`` and ``lenient`` (the answer each reader found; None: none),
     ``gold``, ``correct`` (the strict answer is right), ``lenient_correct``, ``format_ok`` (the output follows the
     task's format), ``cause`` (samples.jsonl's ``failure``: why the format failed, one of empty, max_new_tokens,
     wrong_style, refusal_or_echo, other; None where it held), ``hit_max_new_tokens``, ``prompt``; then the task's
