@@ -13,7 +13,9 @@ backend"). ``run`` and ``sweep`` never name a backend.
 
 from __future__ import annotations
 
+import os
 import pkgutil
+import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -96,9 +98,28 @@ def unregister(name: str) -> None:
 
 
 def _entry_points() -> dict[str, metadata.EntryPoint]:
-    """The installed ``softeval.backends`` entry points by name, read anew (a few tens of ms): only when a name
-    that is not built in or registered is looked up, or every name listed."""
-    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
+    """The installed ``softeval.backends`` entry points by name: only when a name that is not built in or
+    registered is looked up, or every name listed. Read anew (a few tens of ms) when ``sys.path`` or one of its
+    folders changed since the last read (a distribution installed, or a folder put on the path), else the last
+    read's: `softeval run --help` lists the names a dozen times (choices, usage, help)."""
+    state = _path_state()
+    if _READ.get("state") != state:
+        _READ.update(state=state, found={ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)})
+    return _READ["found"]
+
+
+_READ: dict = {}  # the last read of the entry points, and the state of sys.path it was read in
+
+
+def _path_state() -> tuple:
+    """``sys.path`` with each folder's modification time (a distribution installed into one changes it)."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
 
 
 def names() -> tuple[str, ...]:
