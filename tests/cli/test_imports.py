@@ -72,3 +72,14 @@ def test_every_public_name_is_its_module_s_and_listed():
         assert getattr(softeval, name) is getattr(importlib.import_module(module), name), name
     with pytest.raises(AttributeError):
         softeval.no_such_name  # noqa: B018
+
+
+def test_softeval_runs_over_finished_runs_loads_none_of_them(tmp_path):
+    """`softeval runs` over real run folders (the index built on the way) needs none of the heavy libraries,
+    nor numpy, pydantic or jinja2."""
+    from runfactory import outcomes, write_run
+
+    for method in ("zero-shot", "few-shot", "soft-prompt"):
+        write_run(tmp_path, "m", "mmlu", method, outcomes(20, 0.5))
+    code = f"from softeval.cli import main; assert main(['runs', {str(tmp_path)!r}]) == 0"
+    assert _loaded_after(code) == []
