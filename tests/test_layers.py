@@ -1,4 +1,4 @@
-"""The layer contract (pyproject.toml, docs/architecture.md) is what `lint-imports` checks in CI: it
+"""The layer contract (pyproject.toml, docs/reference/architecture.md) is what `lint-imports` checks in CI: it
 holds on the package as it is, and an upward import planted in a copy of it breaks it."""
 
 import shutil
@@ -53,7 +53,7 @@ MODULE_LINES = 500
 
 
 def test_no_module_of_the_package_is_over_the_ceiling():
-    """docs/architecture.md promises it: a module that grows past it is split by what it holds."""
+    """docs/reference/architecture.md promises it: a module that grows past it is split by what it holds."""
     sizes = line_counts((ROOT / "src" / "softeval").rglob("*.py"))
     assert sizes and not {path: n for path, n in sizes.items() if n > MODULE_LINES}
 

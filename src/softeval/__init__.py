@@ -2,7 +2,7 @@
 
 Freeze a causal LM, tune a few soft-prompt vectors so it learns the benchmark's answer format, then
 report format-following apart from knowledge, side by side with zero- and few-shot prompting.
-The package's layers are described in docs/architecture.md; this module re-exports the public API.
+The package's layers are described in docs/reference/architecture.md; this module re-exports the public API.
 
 The names are imported when first used (``__getattr__``), not with the package: ``import softeval`` and
 the command line's start (`softeval --help`, `softeval runs`) do not import torch, transformers or scipy.

@@ -1,8 +1,8 @@
 """A file a user writes (a task file, a sweep file), declared once: pydantic models (``Declared``) say which
 keys each of its mappings has, which are required, their types, ranges and choices, and how a wrong value of
 each is refused (``said``). The file is checked through them (``check``), and ``softeval schema`` prints them
-as JSON Schema (``json_schema``), which an editor checks the file against as it is typed (docs/tasks.md,
-docs/sweeps.md).
+as JSON Schema (``json_schema``), which an editor checks the file against as it is typed (docs/reference/task-format.md,
+docs/reference/sweeps.md).
 
 pydantic's own error text is several lines in its own words; ``check`` takes the first mistake (an unknown
 key before a missing one before a wrong value) as a ``Problem``, which the file's module words as the one line

@@ -1,6 +1,6 @@
 """Per-item outcomes to aggregate metrics with 95% Wilson score intervals.
 
-Definitions (docs/design.md): accuracy = strict answer correct; format_rate = strict extractor found an
+Definitions (docs/reference/metrics.md): accuracy = strict answer correct; format_rate = strict extractor found an
 answer; knowledge_accuracy = correct among format-following items; lenient_accuracy = lenient
 answer correct; letter_loglik_accuracy = argmax of the option letters' log-likelihood correct;
 cloze_accuracy / cloze_accuracy_norm = argmax of each option text's summed log-likelihood (raw, and
@@ -50,7 +50,7 @@ ITEM_FIELDS = {
 
 
 def aggregate(samples: Sequence[dict]) -> dict:
-    """Metrics of a list of samples (see docs/run-format.md for the sample fields)."""
+    """Metrics of a list of samples (see docs/reference/run-format.md for the sample fields)."""
     metrics = {
         "accuracy": proportion([s["correct"] for s in samples]),
         "format_rate": proportion([s["format_ok"] for s in samples]),

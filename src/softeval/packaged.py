@@ -1,4 +1,4 @@
-"""Locate files inside the offline asset packages (see docs/assets.md) without importing them.
+"""Locate files inside the offline asset packages (see docs/reference/assets.md) without importing them.
 
 The asset packages are installed with ``--no-deps`` and declare dependencies we must not pull in,
 so they are found by ``importlib.util.find_spec`` and read by path, never imported.

@@ -1,4 +1,4 @@
-"""The names of the protocol (docs/design.md), one list each, used by the CLI, the runs index, compare and
+"""The names of the protocol (docs/reference/protocol.md), one list each, used by the CLI, the runs index, compare and
 the report: the metrics a run reports, the kinds of model and target, the files of a trained part. The methods are
 the registry's (softeval.methods)."""
 

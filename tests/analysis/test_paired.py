@@ -125,7 +125,7 @@ def _coverage(n: int, p_a_only: float, p_b_only: float) -> float:
 
 
 def test_paired_interval_keeps_its_coverage_at_small_n():
-    """docs/knowledge.md's coverage table: over a grid of discordant probabilities the 95% interval
+    """docs/reference/metrics.md's coverage table: over a grid of discordant probabilities the 95% interval
     holds the true difference 95% of the time or more on average, never below 94%, at n = 10 and 20."""
     grid = [(a, b) for a in (0.02, 0.05, 0.1, 0.2, 0.3) for b in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)]
     for n in (10, 20):

@@ -1,4 +1,4 @@
-"""The verdict rules (docs/knowledge.md, "Verdicts") on synthetic per-item outcomes: each rule fires
+"""The verdict rules (docs/reference/verdicts.md) on synthetic per-item outcomes: each rule fires
 where it should and nowhere else, and a difference whose interval touches 0 never reads as a change."""
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ def test_the_editor_line_the_docs_show_is_a_comment_softeval_reads_past(tmp_path
     path = write_spec(tmp_path, GOOD_SPEC)
     path.write_text("# yaml-language-server: $schema=task.schema.json\n" + path.read_text())
     assert read_spec(path) == GOOD_SPEC
-    docs = {name: (ROOT / "docs" / name).read_text() for name in ("tasks.md", "sweeps.md")}
-    assert "softeval schema task > task.schema.json" in docs["tasks.md"]
+    docs = {name: (ROOT / "docs" / "reference" / name).read_text() for name in ("task-format.md", "sweeps.md")}
+    assert "softeval schema task > task.schema.json" in docs["task-format.md"]
     assert "softeval schema sweep > sweep.schema.json" in docs["sweeps.md"]
     assert all("# yaml-language-server: $schema=" in text for text in docs.values())
 

@@ -82,7 +82,8 @@ def test_cloze_options_side_by_side_equal_one_row_each_on_packaged_models(preset
 
 def test_lora_on_packaged_smollm2_tunes_its_attention_and_writes_a_peft_folder(tmp_path):
     """--method lora on a real Llama: rank 8 on q, k, v and o of 30 layers (921,600 numbers, the count
-    docs/design.md gives), its PEFT folder written (the model as loaded afterwards: tests/run/test_lora.py)."""
+    docs/reference/protocol.md gives), its PEFT folder written (the model as loaded afterwards:
+    tests/run/test_lora.py)."""
     args = ["run", "--model", "smollm2-135m-instruct", "--task", "mmlu", "--limit", "2", "--steps", "1",
             "--batch-size", "2", "--curve-items", "0", "--method", "lora", "--out", str(tmp_path)]
     assert cli.main(args) == 0

@@ -1,7 +1,7 @@
 """A method that another distribution adds (tests/support/toymethod.py: zero-shot with a fixed line before each
 question, a BASELINE registered through the entry-point group ``softeval.methods``) runs through `softeval run`,
-`runs`, `compare`, `report` and a sweep exactly as a built-in does, with no change to softeval (docs/architecture.md,
-"Adding a method")."""
+`runs`, `compare`, `report` and a sweep exactly as a built-in does, with no change to softeval
+(docs/reference/architecture.md, "Adding a method")."""
 
 from __future__ import annotations
 

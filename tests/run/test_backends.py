@@ -1,7 +1,8 @@
 """The engine interface (softeval.lm.engine) and the backend registry (softeval.lm.backends): a backend that
 another distribution adds through the entry-point group ``softeval.backends``, with no change to softeval, runs a
 whole `softeval run` and its outputs equal the HF backend's; engines are imported only when their backend is
-chosen, and `--help` lists the backends there are when it is shown (docs/backends.md, "Adding a backend")."""
+chosen, and `--help` lists the backends there are when it is shown (docs/reference/architecture.md, "Adding a
+backend")."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def test_both_built_in_engines_have_the_interface():
     assert OPTIONS["backend"].default == "hf" and tuple(OPTIONS["backend"].choices) == ("hf", "vllm")
     assert backends.backend_help() == OPTIONS["backend"].help() == (
         "generation engine: hf (the default: softeval's own) or vllm (vLLM; log-likelihoods and tuning stay on "
-        "hf; docs/backends.md)")
+        "hf; docs/reference/backends.md)")
 
 
 def test_no_engine_is_imported_until_its_backend_is_chosen():
@@ -187,8 +188,8 @@ def test_help_lists_the_backends_there_are_when_it_is_shown(plugin, capsys):
         backends.unregister("late")
     assert "--backend {hf,vllm,late,counting,broken}" in shown
     assert ("generation engine: hf (the default: softeval's own), vllm (vLLM; log-likelihoods and tuning stay on "
-            "hf; docs/backends.md), late (registered after the table), counting (the HF engine, counting its calls) "
-            "or broken (its entry point does not load: choose it to see why)") in shown
+            "hf; docs/reference/backends.md), late (registered after the table), counting (the HF engine, counting its "
+            "calls) or broken (its entry point does not load: choose it to see why)") in shown
     assert "softeval_counting.engine" not in sys.modules  # the description loaded, not the engine
     assert "late (registered" not in _help(capsys)
 

@@ -24,7 +24,8 @@ def test_options_only_one_method_reads_and_the_scored_item_set_are_not_differenc
 
 def test_shared_settings_and_an_unrecorded_task_revision_are_named():
     old = {k: v for k, v in ZERO.items() if k != "task_revision"}  # written before GSM8K's revision 2
-    changed = f"task_revision: not recorded -> {SOFT['task_revision']}, the task's definition changed (docs/tasks.md)"
+    changed = (f"task_revision: not recorded -> {SOFT['task_revision']}, the task's definition changed "
+               "(docs/reference/tasks.md)")
     assert setting_diff(old, SOFT) == [changed]
     assert setting_diff({**ZERO, "dtype": "bfloat16"}, SOFT) == [f"dtype: 'bfloat16' -> {SOFT['dtype']!r}"]
 
@@ -54,5 +55,5 @@ def test_a_weighted_run_recorded_before_the_answer_line_lost_its_end_token_is_an
     assert new["answer_share"] == 0.5 and new["answer_line"] == 2
     old = {k: v for k, v in new.items() if k != "answer_line"}
     assert identity_diff(old, new) == ["answer_line: not recorded -> 2, what --answer-share weighs as the answer "
-                                       "line changed (docs/design.md)"]
+                                       "line changed (docs/reference/protocol.md)"]
     assert identity_diff({**old, "method": "zero-shot"}, {**new, "method": "zero-shot"}) == []  # not read

@@ -1,5 +1,5 @@
 """results.json's record (softeval.store.record): what the run writes, what every reader checks, what
-docs/run-format.md names, key for key; and the format versions of results.json and the runs index: a
+docs/reference/run-format.md names, key for key; and the format versions of results.json and the runs index: a
 file of another version (or of none) is refused in one line naming both, never read as this one."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from softeval.store.record import KEYS, RESULTS_FORMAT_VERSION, OtherFormat, Res
 from softeval.store.runs import FIXES, OtherSettings, RunFolder
 from softeval.version import __version__
 
-DOC = Path(__file__).parents[2] / "docs" / "run-format.md"
+DOC = Path(__file__).parents[2] / "docs" / "reference" / "run-format.md"
 # The keys results.json had, in this order, before it had a record and a format version: what the run
 # writes now is the same file with format_version added first.
 BEFORE = ["softeval_version", "model", "model_kind", "model_kind_source", "task", "method", "seed", "n",
@@ -36,7 +36,7 @@ DAMAGED = "damaged (rerun it with `softeval run` and the same options)"
 
 
 def _documented_keys() -> list[str]:
-    """The top-level keys of the results.json example in docs/run-format.md, in its order."""
+    """The top-level keys of the results.json example in docs/reference/run-format.md, in its order."""
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("## `results.json`"):]
     section = section[:section.index("\n## ")]

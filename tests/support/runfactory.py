@@ -1,4 +1,4 @@
-"""Synthetic run folders in the format of docs/run-format.md, for the index, compare and report tests.
+"""Synthetic run folders in the format of docs/reference/run-format.md, for the index, compare and report tests.
 
 Metrics in results.json are computed from the per-item outcomes written to samples.jsonl, with Wilson
 intervals, so a test that recomputes a score from samples gets the same number as the file says.

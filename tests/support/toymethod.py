@@ -1,5 +1,5 @@
-"""A method of another distribution, as a user would add one (docs/architecture.md, "Adding a method"): zero-shot
-with a fixed line before each question, in a package whose spec is registered through the entry-point group
+"""A method of another distribution, as a user would add one (docs/reference/architecture.md, "Adding a method"):
+zero-shot with a fixed line before each question, in a package whose spec is registered through the entry-point group
 ``softeval.methods``. ``install(root)`` writes the distribution into ``root``; a folder on ``sys.path`` (or on the
 Ray workers' PYTHONPATH: conftest's ray_cluster) installs it."""
 

@@ -393,7 +393,7 @@ def test_the_example_sweep_parses_and_the_docs_list_every_option():
     root = Path(__file__).parents[2]
     sweep = load_sweep(root / "examples" / "sweeps" / "packaged.yaml")
     assert len(sweep.jobs) == 12 and {j.config.task for j in sweep.jobs} == {"mmlu", "arc_easy"}
-    docs = (root / "docs" / "sweeps.md").read_text()
+    docs = (root / "docs" / "reference" / "sweeps.md").read_text()
     assert all(f"`{key}`" in docs for key in SWEEP_OPTIONS)
 
 
@@ -563,6 +563,6 @@ def test_the_sweep_joins_a_ray_start_cluster_with_token_authentication_by_host_p
     assert joined.stdout.splitlines() == [
         f"refused: the Ray cluster at 127.0.0.1:{port} uses token authentication and this machine has no Ray "
         "token: copy the head node's ~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN to its content), "
-        "see 'A Ray cluster' in docs/sweeps.md",
+        "see 'A Ray cluster' in docs/reference/sweeps.md",
         "a task ran on 1.0 CPU"], joined.stderr[-3000:]
     assert "Unauthenticated" not in joined.stderr

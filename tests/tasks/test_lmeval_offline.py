@@ -35,7 +35,7 @@ def test_hellaswag_lm_evals_query_and_endings_are_softevals_cloze():
         spaced += choices != [c.strip() for c in choices]
     # lm-eval's preprocess strips an ending before it removes a WikiHow tag ("[header] Many ..."), leaving a
     # space, so its continuation is "  Many ..." where softeval's own hellaswag scores " Many ...": 4,346
-    # of the 9,000 items (docs/tasks.md). The lm-eval task scores lm-eval's.
+    # of the 9,000 items (docs/reference/tasks.md). The lm-eval task scores lm-eval's.
     assert spaced == 4346
     first = lm.eval[0]
     assert theirs.render(first) == "Roof shingle removal: A man is sitting on a roof. He"

@@ -1,7 +1,7 @@
 """MATH-500 matching by math-verify: the forms one answer takes are all equal, a different
 answer is not, the MATH rules kept from the old normaliser hold, a timeout is unscorable, and LaTeX
 variants of real gold answers (the generator of the agreement study of the old normaliser against
-math-verify: docs/tasks.md, "MATH-500: math-verify against the old normaliser") all match their gold."""
+math-verify: docs/research/tasks.md, "MATH-500: math-verify against the old normaliser") all match their gold."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_past_the_time_limit_the_item_is_unscorable_and_the_next_is_scored(monke
 
 
 # The LaTeX variants of a gold answer, as the agreement study of the old normaliser against math-verify made
-# them (`git show 198eb83:benchmarks/math_agreement.py`; its table: docs/tasks.md). The study is done and its
+# them (`git show 198eb83:benchmarks/math_agreement.py`; its table: docs/research/tasks.md). The study is done and its
 # script gone (its table, and the old matcher it read from git, went with it); the generator stays here as
 # a property of math-verify: every variant means the same as its gold.
 

@@ -44,7 +44,7 @@ def test_property_task_file_loader(tmp_path, changes):
 
 
 def test_a_target_that_fails_its_own_answer_regex_is_refused_naming_the_first_row(tmp_path):
-    """docs/tasks.md says the target must pass answer_regex; a task file whose target cannot was
+    """docs/reference/task-format.md says the target must pass answer_regex; a task file whose target cannot was
     accepted, and a soft prompt would have been tuned toward text that never counts as formatted."""
     spec = {**GOOD_SPEC, "answer_regex": r"^ The capital is (\w+)\.$"}
     with pytest.raises(UserError) as refused:

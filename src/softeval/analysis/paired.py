@@ -13,7 +13,7 @@ two Wilson half-widths cancel, so its interval collapses: to [0, 0] at an accura
 (n=10 with the same 5 right: [0.00, 0.00]; a --limit 2 run: [+0.00, +0.00]) and to a sliver
 elsewhere, at any n. Tango's interval has positive width for every table (with no discordant item
 it is +-z^2/(n + z^2): +-0.28 at n=10, +-0.04 at n=100); by exact enumeration its coverage stays at
-about 95% or above at small n where method 10's falls to 0.77 (docs/knowledge.md, "Paired tests
+about 95% or above at small n where method 10's falls to 0.77 (docs/reference/metrics.md, "Paired tests
 between methods"); it stays inside [-1, 1]; and it is the inversion of McNemar's score test, so it cannot
 contradict the test it stands beside: it excludes 0 exactly when McNemar's asymptotic test rejects
 at 5%, and McNemar's exact p, the more conservative of the two, is below 0.05 only where it does

@@ -4,7 +4,7 @@ A verdict reads the paired test (McNemar's exact p, Tango's score interval for t
 format_rate of both methods, the treated method's most frequent answer against the gold answers' and
 the format-free reference of the reference method's run (the bare prompt: softeval.methods), and picks the first
 rule that holds (``judge``).
-The rules, their thresholds and why they say what they say are in docs/knowledge.md ("Verdicts"); a
+The rules, their thresholds and why they say what they say are in docs/reference/verdicts.md; a
 difference whose interval touches 0 or whose p is 0.05 or more never reads as a change.
 """
 
@@ -25,7 +25,7 @@ ALPHA = 0.05  # a difference counts when McNemar's p is below this AND its 95% i
 FORMAT_CHANGE = 0.10  # a format_rate change of at least this much is a change of format
 PRIOR_SHARE = 0.50  # one answer on at least this share of the items ...
 PRIOR_EXCESS = 0.20  # ... and this much above the gold answers' top share: a label prior ...
-PRIOR_MIN_N = 16  # ... on at least this many items (docs/knowledge.md, "Verdicts": below it chance alone names one)
+PRIOR_MIN_N = 16  # ... on at least this many items (docs/reference/verdicts.md: below it chance alone names one)
 DETECT = 0.05  # the smallest difference the "n would detect" sentence speaks of
 POWER = 0.80  # ... detected with this power at ALPHA
 Z_POWER = 0.8416212335729143  # the standard normal's 80% quantile
@@ -256,7 +256,7 @@ def _no_gain(r: _Reading) -> tuple[str, str]:
 
 
 def judge(test: PairedTest, baseline: Side, treated: Side) -> tuple[str, str]:
-    """The rule that holds and its sentence (docs/knowledge.md, "Verdicts"): a lost format first, then a gain,
+    """The rule that holds and its sentence (docs/reference/verdicts.md): a lost format first, then a gain,
     then the rest."""
     r = _reading(test, baseline, treated)
     if r.kind in ("broke", "lowered"):

@@ -3,7 +3,8 @@ tasks/schema.py, sweep/schema.py), which an editor checks the file against as it
 
     softeval schema task > task.schema.json
 
-and, as the task file's first line, ``# yaml-language-server: $schema=task.schema.json`` (docs/tasks.md)."""
+and, as the task file's first line, ``# yaml-language-server: $schema=task.schema.json``
+(docs/reference/task-format.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ SCHEMAS = {"task": "softeval.tasks.schema:task_file_schema", "sweep": "softeval.
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("schema", help="print the JSON Schema of a task file or a sweep file, for editors")
-    p.add_argument("file", choices=tuple(SCHEMAS), help="task: a task file (docs/tasks.md); sweep: a sweep file "
-                                                        "(docs/sweeps.md)")
+    p.add_argument("file", choices=tuple(SCHEMAS), help="task: a task file (docs/reference/task-format.md); sweep: a "
+                                                        "sweep file (docs/reference/sweeps.md)")
     p.set_defaults(handler=cmd_schema)
 
 

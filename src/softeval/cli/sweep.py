@@ -10,7 +10,7 @@ from softeval.errors import UserError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="run a sweep file's models x tasks x methods x seeds on Ray")
-    p.add_argument("file", metavar="FILE", help="sweep file (YAML, see docs/sweeps.md)")
+    p.add_argument("file", metavar="FILE", help="sweep file (YAML, see docs/reference/sweeps.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the job table and the resources per model, load no model, start nothing")
     p.add_argument("--address", default=None,

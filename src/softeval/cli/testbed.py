@@ -1,5 +1,5 @@
 """The `testbed` subcommand: a world with known answers, its models and the ranking claim checked on it
-(softeval.testbed; docs/knowledge.md, "The ranking claim on a world with known answers")."""
+(softeval.testbed; docs/research/testbed.md)."""
 
 from __future__ import annotations
 

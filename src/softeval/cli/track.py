@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="previous (default): tune each checkpoint's soft prompt from the previous checkpoint's")
     p.add_argument("--warm-steps", type=int, default=None,
                    help="tuning steps of a warm-started soft prompt (default: a third of --steps, rounded up; "
-                        "see docs/sweeps.md)")
+                        "see docs/guide/tracking.md)")
     for key in PASSED:
         add_option(option_group(p, OPTIONS[key].group), OPTIONS[key], passed_on=True)
     p.add_argument("--dry-run", action="store_true", help="print the job table, load no model")

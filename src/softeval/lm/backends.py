@@ -7,8 +7,8 @@ adds one through the entry-point group ``softeval.backends`` (``ENTRY_POINTS``: 
 backend's, its value names a ``Backend``, loaded when that backend is looked up); a program or a test calls
 ``register``. ``--backend``'s choices (``NAMES``, a live view), default and help (``backend_help``, written when
 ``--help`` shows it), the refusal of engine arguments given to a backend that takes none and each backend's own
-checks (run/validate.py), and what `softeval track` passes on all come from here (docs/backends.md, "Adding a
-backend"). ``run`` and ``sweep`` never name a backend.
+checks (run/validate.py), and what `softeval track` passes on all come from here
+(docs/reference/architecture.md, "Adding a backend"). ``run`` and ``sweep`` never name a backend.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def _resolved(ref):
 
 BUILT_IN: dict[str, Backend] = {b.name: b for b in (
     Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", lora=True),
-    Backend("vllm", "softeval.lm.vllm_engine:start", "vLLM; log-likelihoods and tuning stay on hf; docs/backends.md",
+    Backend("vllm", "softeval.lm.vllm_engine:start",
+            "vLLM; log-likelihoods and tuning stay on hf; docs/reference/backends.md",
             keep=True, takes_args=True, label="vLLM", check="softeval.lm.vllm_args:check",
             started=lambda e: f"vLLM {e.version} engine started in {e.start_seconds:.0f}s"),
 )}

@@ -11,7 +11,7 @@ what it holds.
 Two engines are built in: ``hf_engine.HfEngine`` (softeval's own loop on the transformers model,
 ``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one (by
 module path: an engine is imported only when its backend is chosen) and what it checks before a model loads;
-the registry of backends by name, built-ins and entry points, is ``backends`` (docs/backends.md, "Adding a
+the registry of backends by name, built-ins and entry points, is ``backends`` (docs/reference/architecture.md, "Adding a
 backend"). Log-likelihoods and tuning are not an engine's: they stay on the transformers model.
 """
 

@@ -1,4 +1,4 @@
-"""A LoRA adapter on a loaded model (``--method lora``: train-before-test, docs/design.md).
+"""A LoRA adapter on a loaded model (``--method lora``: train-before-test, docs/reference/protocol.md).
 
 PEFT's LoRA layers are put into the loaded model in place (``peft.get_peft_model`` replaces the target
 linear layers by ones that add ``B(A(x)) * alpha/r`` to the frozen layer's output), so every path that

@@ -1,6 +1,6 @@
 """The soft prompt: n trainable vectors placed before every token of the prompt.
 
-Placement (docs/design.md): ``[pad…][soft prompt][BOS][prompt]`` with attention mask 0 on the pads and
+Placement (docs/reference/protocol.md): ``[pad…][soft prompt][BOS][prompt]`` with attention mask 0 on the pads and
 position ids counted from the mask, so a left-padded item gives the same logits as the same item
 alone, and the layout without pads is exactly PEFT's (soft prompt first, before BOS). Saved as a PEFT
 prompt-tuning adapter, so PEFT and lm-evaluation-harness (``peft=``) can load it.

@@ -29,7 +29,7 @@ Weights = Sequence[Sequence[float]]
 # What the answer line of ``answer_line_weights`` holds, numbered as a task's definition is (part of a weighted run's
 # identity: run.config records it beside --answer-share). 2: the answer line ends at its last text token, the end
 # token and trailing blanks weigh as the solution does (1: they were in the answer line, so "a bare number, then
-# stop" weighed per token about as much as "#### N": docs/knowledge.md, "Claim (a)").
+# stop" weighed per token about as much as "#### N": docs/research/claim-a.md).
 ANSWER_LINE_REVISION = 2
 
 

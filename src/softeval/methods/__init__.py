@@ -1,7 +1,7 @@
 """The methods a run scores with, one spec each (``MethodSpec``), registered by name: the one place that says
 what a method trains, whether it takes shots, which options it reads (and so which enter its run's identity),
 how tables and charts show it and what role it plays in the verdicts. Every other module asks the registry;
-none names a method (docs/architecture.md, "Adding a method").
+none names a method (docs/reference/architecture.md, "Adding a method").
 
 The built-in methods are one module each beside this one (``zero_shot``, ``few_shot``, ``soft_prompt``,
 ``lora``); another distribution adds one through the entry-point group ``softeval.methods`` (its value names a
@@ -26,7 +26,7 @@ ENTRY_POINTS = "softeval.methods"
 NOTHING, SOFT_PROMPT, ADAPTER = "nothing", "soft prompt", "LoRA adapter"
 TRAINS = (NOTHING, SOFT_PROMPT, ADAPTER)
 
-# A method's role in the verdicts and the report (docs/knowledge.md, "Verdicts"):
+# A method's role in the verdicts and the report (docs/reference/verdicts.md):
 # - REFERENCE: the bare prompt; its run gives the format-free references (cloze, letter log-likelihood) and is what
 #   a gain is measured from;
 # - BASELINE: another way of prompting (shots), which a treatment is compared with and which is itself compared

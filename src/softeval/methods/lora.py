@@ -1,5 +1,5 @@
 """lora: a LoRA adapter tuned on the tuning split, the zero-shot prompt scored through it: the train-before-test
-comparison (docs/design.md); asked for by name."""
+comparison (docs/reference/protocol.md); asked for by name."""
 
 from softeval.methods import ADAPTER, ALTERNATIVE, LORA_OPTIONS, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec, register
 from softeval.protocol import LORA_FOLDER
@@ -9,4 +9,4 @@ SPEC = register(MethodSpec(
     reads=(*TUNING_OPTIONS, *LORA_OPTIONS, *POOL_OPTIONS), default=False, folder=LORA_FOLDER,
     advice="the adapter did not learn the format, so its scores are not format-free; try more --steps (or "
            "--epochs), another --lora-lr, and --answer-share 0.5 where the targets are worked solutions "
-           "(docs/design.md, train-before-test)"))
+           "(docs/reference/protocol.md, train-before-test)"))

@@ -1,5 +1,5 @@
 """soft-prompt: ~10 vectors tuned on the tuning split to put before the zero-shot prompt of a frozen model, so that
-it writes the answer format; what softeval is about (docs/design.md)."""
+it writes the answer format; what softeval is about (docs/research/design.md)."""
 
 from softeval.methods import (
     POOL_OPTIONS,
@@ -19,4 +19,4 @@ SPEC = register(MethodSpec(
     folder=SOFT_PROMPT_FOLDER,
     advice="the soft prompt did not learn the format, so its scores are not format-free; try more --steps, another "
            "--lr, --init instruction or --init text:\"<the answer format>\", and where the targets are worked "
-           "solutions {worked} (docs/design.md, defaults by kind of target)"))
+           "solutions {worked} (docs/reference/protocol.md, defaults by kind of target)"))

@@ -32,8 +32,8 @@ LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version an
 
 # The tuning options whose default depends on what the task's targets are (``Task.target_kind``): a built-in task
 # whose targets are worked solutions ending in an answer line (GSM8K, MATH-500) tunes with these, every other task
-# with the table's defaults (chosen on multiple choice). docs/design.md, "Defaults by kind of target", has the runs
-# that chose them: with the table's defaults GSM8K's soft prompt wrote its format on 0.10 of the items.
+# with the table's defaults (chosen on multiple choice). docs/research/design.md, "Defaults by kind of target", has
+# the runs that chose them: with the table's defaults GSM8K's soft prompt wrote its format on 0.10 of the items.
 TARGET_DEFAULTS: dict[str, dict[str, Any]] = {
     WORKED_SOLUTION: {"lr": 0.3, "lr_schedule": "linear", "init": "instruction", "answer_share": 0.5},
 }
@@ -153,7 +153,7 @@ class RunConfig:
     source: str = option(str, "offline", "offline (packaged data, the default), hub, or a path to a data file",
                          group=MODEL)
     include_path: str | None = option(str, None, "a folder of your own lm-eval task YAMLs, for --task lm-eval:NAME "
-                                      "(docs/tasks.md)", nullable=True, metavar="DIR", group=MODEL)
+                                      "(docs/guide/lm-eval-tasks.md)", nullable=True, metavar="DIR", group=MODEL)
     out: str = option(str, "runs", "output root for run folders (default %(default)s)", sweep=False, group=OUTPUT)
     chat_template: str = option(str, "auto", "auto (default): on for post-trained models with a template, "
                                 "never for base models", choices=CHAT_TEMPLATES, group=MODEL)
@@ -206,8 +206,9 @@ class RunConfig:
                                "(default 1: off)", range=(1, 1_000_000), where=TUNING, group=ADVANCED)
     tune_dtype: str = option(str, "auto", "the dtype of tuning's forward and backward: auto (the default: the "
                              "model's --dtype, what scoring computes in), float32 or bfloat16 (faster on CUDA or a "
-                             "CPU with AMX, but bf16-tuned soft prompts scored worse in fp32: docs/design.md); the "
-                             "soft prompt and its optimizer stay float32, scoring keeps --dtype", choices=TUNE_DTYPES,
+                             "CPU with AMX, but bf16-tuned soft prompts scored worse in fp32: "
+                             "docs/research/design.md); the soft prompt and its optimizer stay float32, scoring keeps "
+                             "--dtype", choices=TUNE_DTYPES,
                              where=TUNING, group=ADVANCED)
     # stop tuning once the held-out slice follows the format and its loss and format plateau (tune.plateau)
     early_stop: bool = option(bool, True, "stop tuning at a curve point once the held-out slice follows the "

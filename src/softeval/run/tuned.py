@@ -28,7 +28,7 @@ WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are not format-free; it tuned with the "
                     "defaults for worked solutions already: try more --steps (or go on from it: --init "
                     "from:<its soft_prompt folder>), another --seed or --lr, or --init text:\"<the answer format>\" "
-                    "(docs/design.md, defaults by kind of target)")
+                    "(docs/reference/protocol.md, defaults by kind of target)")
 
 
 def not_reached(curve: list[dict], method: str, cfg: RunConfig | None = None) -> str:
@@ -87,7 +87,8 @@ def worked_looking(task, train: list, cfg: RunConfig) -> str | None:
     lines = sum(1 for target in targets if "\n" in target.strip()) / len(targets)
     return (f"{task.name}'s tuning targets look like worked solutions (median {median} characters, {lines:.0%} of "
             f"several lines), yet this run tunes with the one-line defaults; if they are, the defaults for worked "
-            f"solutions are {spelled(WORKED)} (a task file says target_kind: worked-solution; docs/design.md)")
+            f"solutions are {spelled(WORKED)} (a task file says target_kind: worked-solution; "
+            f"docs/reference/protocol.md)")
 
 
 def lora_settings(cfg: RunConfig) -> LoraSettings:
@@ -176,7 +177,8 @@ def _tune(job, spec: MethodSpec, partial: Path, identity: dict, part) -> TuneRes
     what = spec.trains
     if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
         console.print(f"{job.task.name}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
-                      "given, the defaults for worked solutions: docs/design.md)", markup=False, highlight=False)
+                      "given, the defaults for worked solutions: docs/reference/protocol.md)", markup=False,
+                      highlight=False)
     elif part is None and (hint := worked_looking(job.task, job.train, cfg)):
         console.print(hint, style="yellow", markup=False, highlight=False)
     with progress_bar(console) as bar:

@@ -1,5 +1,5 @@
 """The run-folder format: every name in an output root, the folder-name rule, and the readers and
-validators of a finished run folder. The one place that knows these; docs/run-format.md describes them.
+validators of a finished run folder. The one place that knows these; docs/reference/run-format.md describes them.
 
     <out>/                                       an output root
       index.sqlite                               the runs index (softeval.store.index)

@@ -1,5 +1,5 @@
 """A run's identity: which of its options (results.json ``config``) define it, and how two records differ
-(docs/run-format.md, "Run identity"). ``store.runs`` refuses a finished run of other settings by it; the
+(docs/reference/run-format.md, "Run identity"). ``store.runs`` refuses a finished run of other settings by it; the
 analysis asks it whether two runs of different methods share everything but their method."""
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ TASK_REVISION = "task_revision"
 
 
 # What a changed number of a definition means, said where a run of another one is refused.
-WHY_CHANGED = {TASK_REVISION: "the task's definition changed (docs/tasks.md)",
-               ANSWER_LINE: "what --answer-share weighs as the answer line changed (docs/design.md)"}
+WHY_CHANGED = {TASK_REVISION: "the task's definition changed (docs/reference/tasks.md)",
+               ANSWER_LINE: "what --answer-share weighs as the answer line changed (docs/reference/protocol.md)"}
 
 
 def fingerprinted(options: dict) -> bool:

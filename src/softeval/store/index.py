@@ -1,6 +1,6 @@
 """The runs index: a SQLite table over every finished run folder.
 
-The run folders are the source of truth (docs/run-format.md; read by softeval.store.format); the index
+The run folders are the source of truth (docs/reference/run-format.md; read by softeval.store.format); the index
 at `<out>/index.sqlite` is a derived convenience so `softeval runs` can list thousands of runs without
 opening every folder. It can always be rebuilt from the folders. Writers are separate processes
 (parallel runs finishing at the same moment), so the database is in WAL mode, every write is one short

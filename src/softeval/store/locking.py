@@ -7,7 +7,7 @@ process may have opened it just before, a process that gets the lock checks that
 names the file it locked, and tries again if not (the usual unlink-race guard).
 
 flock is advisory and local: on a network filesystem it holds only where the filesystem supports it
-(NFSv4 and most cluster filesystems do; docs/run-format.md says so).
+(NFSv4 and most cluster filesystems do; docs/reference/run-format.md says so).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with its type, and the format version it is written in.
 
 The run fills it (``softeval.run.pipeline``), ``softeval.store.format.load_results`` checks every
-results.json it reads against it, and docs/run-format.md describes each key (a test holds the three
+results.json it reads against it, and docs/reference/run-format.md describes each key (a test holds the three
 together). A results.json of another format version is never read as this one (``OtherFormat``); one
 that is not a ``Results`` is a ``RunFormatError`` (damage).
 """
@@ -27,7 +27,7 @@ COUNT = {"is": "a count of items"}  # an int that is not negative
 
 @dataclass(frozen=True, kw_only=True)
 class Results:
-    """results.json, key by key in the order written (docs/run-format.md says what each holds)."""
+    """results.json, key by key in the order written (docs/reference/run-format.md says what each holds)."""
 
     format_version: int = RESULTS_FORMAT_VERSION
     softeval_version: str

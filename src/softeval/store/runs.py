@@ -1,7 +1,7 @@
 """Run folders: one per (model, task, method, seed), written atomically, never overwritten silently.
 
 A run is written into ``seed<k>.partial/`` and renamed to ``seed<k>/`` in one step when it is
-complete (see docs/run-format.md). An interrupted run leaves its partial folder (with the tuning
+complete (see docs/reference/run-format.md). An interrupted run leaves its partial folder (with the tuning
 checkpoint) for the next invocation to resume.
 """
 

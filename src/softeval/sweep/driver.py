@@ -6,7 +6,7 @@ Ray actor (its cpus / gpus / memory), which loads the model once and runs the mo
 the other through ``pipeline.run_job`` (see sweep_worker.py). A worker process or node that dies has its
 running job retried on a fresh worker, at most ``retries`` times; the retried run resumes from its
 ``.partial`` folder. A job that raises is reported and the rest go on. Nothing here knows how a run is
-scored. Docs: docs/sweeps.md.
+scored. Docs: docs/reference/sweeps.md.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ class _Scheduler:
             where = f"{self.sweep.out} from node {worker.info['node_ip']}"
             if not self.any_job_started:
                 raise UserError(f"out folder {where} is not writable ({error}); on a cluster it must be a "
-                                "folder every node sees and can write (see docs/sweeps.md)")
+                                "folder every node sees and can write (see docs/reference/sweeps.md)")
             for state in self.queues.pop(worker.model, ()):
                 self.view.failed(state, f"out folder not writable from this node: {error}")
             self._release(worker)

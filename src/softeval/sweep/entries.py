@@ -25,7 +25,8 @@ from softeval.tasks.lmeval_group import GroupPlan, is_group, plan
 MODEL_KEYS = set(ModelSpec.model_fields)  # the keys of a model entry (sweep/schema.py), run options included
 TASK_KEYS = set(TaskSpec.model_fields)
 # A warm-started soft prompt tunes for a third of `steps` (rounded up) unless `warm_steps` says otherwise.
-# Measured on the synthetic trained series (bench_warm_start.py at a1bd43a, docs/sweeps.md "Series"):
+# Measured on the synthetic trained series (bench_warm_start.py at a1bd43a, docs/research/design.md "Warm steps for
+# a series"):
 # warm starts of 10 steps reached the held-out format and final loss of fresh 30-step starts at every
 # checkpoint; 5 steps reached the format but not the loss.
 WARM_STEPS_FRACTION = 3

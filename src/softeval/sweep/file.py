@@ -5,7 +5,7 @@ is checked by the file's one declaration (sweep/schema.py, which `softeval schem
 an unknown key is an error naming the key and the file, so a typo never silently falls back to a default, and
 a value of the wrong type or out of range is refused as `softeval run` refuses it. Paths in the file (``out``,
 local model folders, task files, data files given as ``source``, ``include_path``) are relative to the file's
-folder. The reference is docs/sweeps.md.
+folder. The reference is docs/reference/sweeps.md.
 
 Options are layered: the file's top level, then the model entry, then the task entry (the most
 specific wins). Each (model, task, method, seed) becomes one ``RunConfig``: the very config that

@@ -6,7 +6,7 @@ writes), and a driver uses its token only for ``--address auto``, not for an exp
 Ray retries for ~20 s, logging ``Unauthenticated`` each second, and fails with "Failed to connect". So
 the sweep uses this machine's token for HOST:PORT too (an open cluster accepts it), after asking the
 cluster once (10 ms) whether it lets this machine in; if not, one line names the fix. Docs:
-docs/sweeps.md.
+docs/reference/sweeps.md.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def use_token_if_any(address: str, timeout: float = 5.0) -> None:
     why = ("refuses this machine's Ray token (~/.ray/auth_token or RAY_AUTH_TOKEN: another cluster's)"
            if has_token else "uses token authentication and this machine has no Ray token")
     raise UserError(f"the Ray cluster at {address} {why}: copy the head node's ~/.ray/auth_token to this "
-                    "machine (or set RAY_AUTH_TOKEN to its content), see 'A Ray cluster' in docs/sweeps.md")
+                    "machine (or set RAY_AUTH_TOKEN to its content), see 'A Ray cluster' in docs/reference/sweeps.md")
 
 
 def _lets_in(address: str, timeout: float) -> bool:

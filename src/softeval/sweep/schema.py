@@ -1,5 +1,5 @@
-"""The sweep file (docs/sweeps.md), declared once: its top level, its model, series and task entries, a model's
-resources, and the `softeval run` options every level may set (the option table's sweep keys, run/config.py,
+"""The sweep file (docs/reference/sweeps.md), declared once: its top level, its model, series and task entries, a
+model's resources, and the `softeval run` options every level may set (the option table's sweep keys, run/config.py,
 each checked by `softeval run`'s own check and named as the user wrote it). sweep/file.py reads every sweep file,
 and `softeval track` its flags, through ``SweepFile`` (``checked``); `softeval schema sweep` prints it as JSON
 Schema, which an editor checks a sweep file against as it is typed. What the values name (a model, a task, a
@@ -166,7 +166,8 @@ class CheckpointSpec(Declared):
 
 
 class SeriesSpec(_Model):
-    """A series: the checkpoints of one training run, each scored as a model of its own (docs/sweeps.md, "Series")."""
+    """A series: the checkpoints of one training run, each scored as a model of its own (docs/reference/sweeps.md,
+    "Series")."""
 
     model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["series"]}, {"required": ["checkpoints"]}]})
 
@@ -273,4 +274,4 @@ def _entry(loc: tuple, spec: dict, where: str) -> tuple[str, tuple]:
 def sweep_file_schema() -> dict[str, Any]:
     """The sweep file as JSON Schema (`softeval schema sweep`)."""
     return json_schema(SweepFile, "softeval sweep file", "Many models x tasks x methods x seeds in one command "
-                       "(docs/sweeps.md): `softeval sweep FILE`.")
+                       "(docs/reference/sweeps.md): `softeval sweep FILE`.")

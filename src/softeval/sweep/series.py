@@ -5,7 +5,7 @@ A series is a folder of checkpoints named by their step (``checkpoint-1000/``, `
 number, or an explicit list of (path, step). Every checkpoint is scored as a model of its own (same run
 folders, same identity rules as ``softeval run``), with ``series`` and ``step`` recorded in results.json
 and the index. The rules here are pure functions of names, so they are tested exhaustively
-(tests/sweep/test_series.py) and shared by ``softeval sweep`` and ``softeval track``. Docs: docs/sweeps.md.
+(tests/sweep/test_series.py) and shared by ``softeval sweep`` and ``softeval track``. Docs: docs/reference/sweeps.md.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def order(names: list[str]) -> list[tuple[int, str]]:
             continue
         if step in found:
             raise UserError(f"two checkpoints for step {step}: {found[step]} and {name}; "
-                            "list the ones to score with a step each (see docs/sweeps.md)")
+                            "list the ones to score with a step each (see docs/reference/sweeps.md)")
         found[step] = name
     return sorted(found.items())
 

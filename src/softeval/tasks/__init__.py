@@ -60,7 +60,8 @@ def get_task(name: str, include_path: str | None = None) -> Task:
     if is_task_file(name):
         return load_task_file(name)  # a path that is no file: its one error (data.missing_file)
     raise UserError(f"unknown task {shown(name)}: choose one of {', '.join(sorted(TASKS))} (`softeval tasks` lists "
-                    "them), a task file (.yaml/.yml/.json, see docs/tasks.md), or lm-eval:NAME (an lm-eval task)")
+                    "them), a task file (.yaml/.yml/.json, see docs/guide/task-files.md), or lm-eval:NAME (an lm-eval "
+                    "task)")
 
 
 __all__ = ["TASKS", "Example", "Splits", "Task", "builtin_revision", "target_kind", "get_task"]

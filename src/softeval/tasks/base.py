@@ -86,7 +86,7 @@ class Task:
     multiple_choice: bool = False
     sources: tuple[str, ...] = ("offline", "hub", "file")
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # Cloze formulation (docs/design.md, "Knowledge references"): the prompt each option's text continues
+    # Cloze formulation (docs/reference/metrics.md, "Cloze scores"): the prompt each option's text continues
     # (after one space), e.g. "Question: ...\nAnswer:"; None: the task has no cloze score.
     cloze: Callable[[Example], str] | None = None
     # The option texts scored after the cloze prompt and the gold one's index; default: the

@@ -1,4 +1,4 @@
-"""User-defined tasks from a YAML or JSON file, without code (docs/tasks.md).
+"""User-defined tasks from a YAML or JSON file, without code (docs/reference/task-format.md).
 
 The file is read with ``yaml.safe_load`` (JSON is YAML) within the bounds of ``softeval.yamlfile`` and its
 settings are checked by their one declaration (``tasks.schema.TaskFile``, which `softeval schema task` prints as
@@ -45,7 +45,8 @@ from softeval.yamlfile import read_yaml
 
 SUFFIXES = (".yaml", ".yml", ".json")
 REGEX_SECONDS = 1.0  # a task file's regex gets this long per output; past it the item is unscorable
-KEYS = set(TaskFile.model_fields)  # every setting (tasks/schema.py declares them, docs/tasks.md says what each does)
+# every setting (tasks/schema.py declares them, docs/reference/task-format.md says what each does)
+KEYS = set(TaskFile.model_fields)
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
@@ -74,7 +75,7 @@ def _read(path: Path) -> tuple[dict, TaskFile]:
         raise error
     spec = read_yaml(path, f"task file {path}")
     if not isinstance(spec, dict):
-        raise _fail(path, "must be a mapping of settings (see docs/tasks.md)")
+        raise _fail(path, "must be a mapping of settings (see docs/reference/task-format.md)")
     settings = checked(spec, f"task file {path}")
     return {k: v for k, v in spec.items() if v is not None}, settings
 

@@ -1,5 +1,5 @@
 """Digests of the files a run's ``--task`` and ``--source`` name, so that what they hold, not only their
-names, is part of a run's identity (docs/run-format.md, "Run identity"): an edited data row, a changed
+names, is part of a run's identity (docs/reference/run-format.md, "Run identity"): an edited data row, a changed
 prompt or another folder's file of the same name makes another run, never the old run's numbers.
 
 A built-in task name has no digest: its data is the asset package softeval pins

@@ -109,7 +109,7 @@ TASK = Task(
     match=match_number,
     load=load,
     # Not "\n\n": a solution may hold a blank line before its "#### N" (SmolLM2's soft-prompted outputs open with
-    # a bare answer, a blank line, then the solution: docs/knowledge.md, "Claim (a)"); lm-eval's gsm8k stops here
+    # a bare answer, a blank line, then the solution: docs/research/claim-a.md); lm-eval's gsm8k stops here
     stop=("Question:",),
     max_new_tokens=256,
     # 4: generation ends at the line break after the first "#### N" (3 read the same from outputs that ran on; 3: the

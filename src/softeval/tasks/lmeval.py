@@ -1,5 +1,5 @@
 """``lm-eval:NAME``: an lm-evaluation-harness task run by softeval with lm-eval's own prompts, shots, stops,
-filters and metrics (docs/tasks.md, "lm-eval tasks").
+filters and metrics (docs/reference/tasks.md, "lm-eval tasks").
 
 - Prompts: lm-eval's ``fewshot_context`` (description, delimiters, few-shot split, sampler, seed 1234,
   ``gen_prefix``; under a chat template lm-eval's own messages, few-shot as multi-turn), each scored item's

@@ -161,13 +161,13 @@ def build(name: str, source: str, include_path: str | None):
             raise UserError(f"lm-eval:{name} reads {cfg.get('dataset_path')}"
                             f"{'/' + str(cfg['dataset_name']) if cfg.get('dataset_name') else ''}, which has no "
                             "offline copy here: use --source hub (lm-eval loads it), or --include-path DIR with "
-                            "a YAML over local data (docs/tasks.md)")
+                            "a YAML over local data (docs/guide/lm-eval-tasks.md)")
         data = stand_in()
         cfg.update(data.splits)
         cfg["custom_dataset"] = _dataset_function(data)
     elif source not in ("offline", "hub"):
         raise UserError(f"--source {source}: lm-eval tasks take --source offline or hub; for your own data write "
-                        "an lm-eval YAML over it and give its folder with --include-path (docs/tasks.md)")
+                        "an lm-eval YAML over it and give its folder with --include-path (docs/guide/lm-eval-tasks.md)")
     try:
         built = index.load(cfg)["tasks"]
     except UserError:

@@ -2,7 +2,7 @@
 that lm-eval's YAMLs name, in the hub's own schema, so lm-eval's ``doc_to_text``/``doc_to_target`` read
 them unchanged. ``offline_dataset(path, name)`` is the one place that says which hub datasets softeval
 can stand in for; a task over any other hub dataset needs ``--source hub`` or a user's YAML over local
-data (docs/tasks.md).
+data (docs/reference/tasks.md).
 """
 
 from __future__ import annotations

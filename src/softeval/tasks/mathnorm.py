@@ -8,7 +8,7 @@ numbers to 6 decimals after rounding, expressions symbolically, tuples and inter
 ``\\text{}``, ``^\\circ``, ``\\$``, ``\\dfrac``, ``\\left``/``\\right``, matrices. Where it is worse
 than the hand-written normaliser it replaced, that normaliser's rule is kept
 (``mathcheck.kept_rules``: the percent sign, thin-space thousands separators); the table of
-where the two differ is in docs/tasks.md (``git show 198eb83:benchmarks/math_agreement.py``).
+where the two differ is in docs/research/tasks.md (``git show 198eb83:benchmarks/math_agreement.py``).
 
 softeval's bounds stay around it. A model's output cannot run code: math-verify's LaTeX parser
 builds sympy objects without ``eval``, and its plain-expression path admits only digits and

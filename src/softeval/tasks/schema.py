@@ -1,4 +1,4 @@
-"""The task file (docs/tasks.md, "Your own task, without code"), declared once: every setting, whether it is
+"""The task file (docs/reference/task-format.md), declared once: every setting, whether it is
 required, its type, range or choices, what it means, and how a wrong value is refused. tasks/custom.py reads
 every task file through ``TaskFile`` (``checked``); `softeval schema task` prints it as JSON Schema, which an
 editor checks a task file against as it is typed. Templates and regular expressions are compiled, and the data
@@ -145,5 +145,5 @@ def _words(problem: Problem) -> str:
 
 def task_file_schema() -> dict[str, Any]:
     """The task file as JSON Schema (`softeval schema task`)."""
-    return json_schema(TaskFile, "softeval task file", "A task softeval runs without code (docs/tasks.md): "
-                       "`softeval run --model M --task path/to/task.yaml`.")
+    return json_schema(TaskFile, "softeval task file", "A task softeval runs without code "
+                       "(docs/reference/task-format.md): `softeval run --model M --task path/to/task.yaml`.")

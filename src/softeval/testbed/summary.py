@@ -48,7 +48,7 @@ def world_scores(runs: list[Run], seed: int, recipes: tuple[Recipe, ...], names:
 
 
 def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dict[int, float]) -> list[dict]:
-    """Each control recipe, per world, with whether it held (docs/knowledge.md, "The ranking claim on a world
+    """Each control recipe, per world, with whether it held (docs/research/testbed.md, "The ranking claim on a world
     with known answers")."""
     out = []
     treatment = methods.treatment() or ""  # the method FORMAT_LITTLE is not ranked high by
