@@ -73,7 +73,7 @@ def _curve(ax, run: Run) -> None:
         right.tick_params(labelsize=7)
         right.set_ylabel("loss", fontsize=8)
         handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-        ax.legend(handles=handles, fontsize=7, frameon=False, loc="lower right")
+        ax.legend(handles=handles, fontsize=7, frameon=False, loc="center right")
     ax.set_title(f"{methods.label_of(run.method)}: tuning (seed {run.seed})", fontsize=9)
 
 
