@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from softeval import methods
 from softeval.analysis.compare import load_runs
+from softeval.errors import UserError
 from softeval.store.format import Run
 
 BARS = (("accuracy", "accuracy (strict)", "#2f7ebc"), ("format_rate", "format_rate", "#8fbcd4"))
@@ -97,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("docs/main-job.png"))
     args = p.parse_args(argv)
-    runs = chosen(args.runs, args.model, args.task, args.seed)
+    try:
+        runs = chosen(args.runs, args.model, args.task, args.seed)
+    except UserError as err:
+        print(f"{err} (run `make run` first)", file=sys.stderr)
+        return 2
     if not runs:
         print(f"no finished {args.model} {args.task} seed {args.seed} run under {args.runs}: run `make run` first",
               file=sys.stderr)

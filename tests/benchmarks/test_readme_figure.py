@@ -35,3 +35,9 @@ def test_no_run_of_that_seed_is_refused_naming_make_run(tmp_path, capsys):
                                "--out", str(tmp_path / "x.png")]) == 2
     assert "make run" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_missing_runs_folder_is_one_line(tmp_path, capsys):
+    assert readme_figure.main(["--runs", str(tmp_path / "none"), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "make run" in err and len(err.strip().splitlines()) == 1
