@@ -43,7 +43,9 @@ def host() -> dict:
     lines = info.splitlines()
     name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
                 platform.processor() or platform.machine())
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    from softeval.lm.precision import cpu_flags  # the one reader of the processor's flags
+
+    flags = cpu_flags()
     return {"processor": name, "flags": [f for f in FLAGS if f in flags], "cores": os.cpu_count(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "python": platform.python_version(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}

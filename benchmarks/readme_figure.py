@@ -11,7 +11,6 @@ Reads finished runs through the store's reader, so a damaged or unfinished run i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from matplotlib.figure import Figure
 from softeval import methods
 from softeval.analysis.compare import load_runs
 from softeval.errors import UserError
-from softeval.store.format import Run
+from softeval.store.format import CURVE_FILE, Run, read_curve
 
 BARS = (("accuracy", "accuracy (strict)", "#2f7ebc"), ("format_rate", "format_rate", "#8fbcd4"))
 
@@ -60,7 +59,7 @@ def _bars(ax, runs: list[Run]) -> None:
 
 
 def _curve(ax, run: Run) -> None:
-    rows = [json.loads(line) for line in (run.path / "curve.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_curve(run.path / CURVE_FILE)
     pts = [(r["step"], r["format_rate"]) for r in rows if r.get("format_rate") is not None]
     ax.plot(*zip(*pts), marker="o", ms=4, color="#2f7ebc", label="held-out format_rate")
     ax.set_ylim(0, 1.05)
@@ -79,7 +78,7 @@ def _curve(ax, run: Run) -> None:
 
 
 def draw(runs: list[Run]) -> Figure:
-    tuned = [r for r in runs if (r.path / "curve.jsonl").is_file() and methods.spec_of(r.method).trains
+    tuned = [r for r in runs if (r.path / CURVE_FILE).is_file() and methods.spec_of(r.method).trains
              == methods.SOFT_PROMPT]
     fig = Figure(figsize=(9.0, 3.4) if tuned else (5.0, 3.4))
     axes = fig.subplots(1, 2 if tuned else 1, squeeze=False, width_ratios=[1.4, 1] if tuned else None)[0]

@@ -5,7 +5,10 @@ line builds its parser without those."""
 from __future__ import annotations
 
 from softeval.methods import names as method_names
-from softeval.methods import reference
+from softeval.methods import reference as reference_method
+
+# the options' choices; reference_method: the default --post-method, the bare prompt (how post-trained models are used)
+__all__ = ["PER_ITEM", "post_methods", "reference_method"]
 
 # Each metric as (per-item numerator field, per-item denominator field or None for "every item").
 PER_ITEM: dict[str, tuple[str, str | None]] = {
@@ -23,8 +26,3 @@ PER_ITEM: dict[str, tuple[str, str | None]] = {
 def post_methods() -> tuple[str, ...]:
     """What --post-method may name: a registered method, or "best" (each post-trained model by its best one)."""
     return (*method_names(), "best")
-
-
-def reference_method() -> str:
-    """The default --post-method: the REFERENCE method (the bare prompt: how a post-trained model is used)."""
-    return reference()
