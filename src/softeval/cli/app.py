@@ -353,6 +353,22 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _prepared_intact(console: Console, preset) -> bool:
+    """Whether ``preset`` is prepared and intact (every byte checked against its manifest, said); a damaged
+    folder is discarded, said, to be prepared again (``presets.repair``)."""
+    if not presets.prepared(preset):
+        return False
+    saved = presets.converted_path(preset)
+    with console.status(f"{preset.name}: checking {saved}"):
+        why = presets.repair(preset)
+    if why is None:
+        console.print(f"{preset.name}: prepared already, checked ({saved})", markup=False, soft_wrap=True)
+        return True
+    console.print(f"{preset.name}: the cached folder was damaged ({why}); preparing it again", markup=False,
+                  soft_wrap=True)
+    return False
+
+
 def cmd_prepare(args) -> int:
     """The one-time preparation of the packaged models (lm/presets.py), a bar per model; the seconds of
     each phase at the end. Names are checked before anything is prepared."""
@@ -365,13 +381,14 @@ def cmd_prepare(args) -> int:
     names = list(dict.fromkeys(args.models)) or [p.name for p in PRESETS.values() if preset_installed(p)]
     if not names:
         raise UserError(f"no packaged model is installed: {ASSET_INSTALL}")
+    for name in names:  # a cache this user cannot write is said before any work
+        if not presets.prepared(PRESETS[name]):
+            presets.check_cache_writable(PRESETS[name])
     console = Console(stderr=True)
     with progress_bar(console) as bar:
         for name in names:
             preset = PRESETS[name]
-            if presets.prepared(preset):
-                console.print(f"{name}: prepared already ({presets.converted_path(preset)})", markup=False,
-                              soft_wrap=True)
+            if _prepared_intact(console, preset):
                 continue
             phases = [presets.JOIN, presets.READ] + ([presets.TOKENIZER] if preset.spm_bpe_tokenizer else []) \
                 + [presets.WRITE]

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.lm.loadbars import bars_only_on_a_terminal
-from softeval.lm.presets import MODEL_CONFIG, PRESETS, Preset, converted_path, prepare
+from softeval.lm.presets import MODEL_CONFIG, PRESETS, Preset, converted_path, damage, damaged_cache, prepare
 from softeval.protocol import BASE, KINDS, POST_TRAINED
 
 if TYPE_CHECKING:  # engine.py reads LoadedModel: only the type goes this way
@@ -134,14 +134,25 @@ def _not_mistral_kwargs(source: str) -> dict:
 
 def _load_preset(preset: Preset, dtype: torch.dtype, device_map):
     """Load a preset from its cached folder, preparing it first where it is not there yet (lm/presets.py:
-    the GGUF dequantised once, kept as fp32 safetensors; ``softeval prepare`` does it ahead of a run)."""
+    the GGUF dequantised once, kept as fp32 safetensors; ``softeval prepare`` does it ahead of a run). A folder
+    whose files are not of the sizes its manifest says is refused before it is read (``presets.prepare``), one
+    that does not load is checked byte by byte to say why (``presets.damage``); either error names the folder and
+    ``softeval prepare``."""
     saved = converted_path(preset)
     if preset.spm_bpe_tokenizer and saved.name.endswith("-tf4"):
         print(f"warning: transformers 4 rebuilds {preset.name}'s GGUF tokenizer without its user-defined pieces: runs "
               "of spaces are split unlike the original tokenizer (GSM8K: 76 of 300 prompts). Upgrade to transformers 5 "
               "for the original tokenization.", file=sys.stderr)
     prepare(preset)
-    return _from_pretrained(str(saved), None, dtype, device_map)
+    try:
+        return _from_pretrained(str(saved), None, dtype, device_map)
+    except (OSError, ValueError, SafetensorError) as err:  # what the manifest's sizes did not catch
+        raise damaged_cache(preset, damage(saved, full=True) or f"it does not load: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def check_model_name(name: str) -> None:

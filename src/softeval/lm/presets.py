@@ -3,10 +3,16 @@ parts, read and dequantised by transformers, its tokenizer rebuilt where transfo
 and the result written once as a Hugging Face folder in the cache (``cache_root``, ``SOFTEVAL_CACHE``), which
 every later load reads (lm/models.py). ``softeval prepare`` (and ``make setup``) runs ``prepare`` for each
 installed preset, so the first ``softeval run`` loads from the cache.
+
+The cached folder holds a manifest (``MANIFEST``: each file's size and sha256, written with the folder), so a
+folder damaged later (a copy cut short, a disk error, a hand edit) is found: every load compares the sizes
+(``damage``, cheap), a load that fails and ``softeval prepare`` compare the sha256 too, and ``softeval
+prepare`` discards a damaged folder and prepares it again (``repair``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +28,8 @@ from softeval.packaged import package_dir, require_package_dir
 from softeval.protocol import BASE, POST_TRAINED
 
 MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
+MANIFEST = "softeval-manifest.json"  # a cached folder's files, each with its size and sha256 (``write_manifest``)
+MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -87,11 +95,11 @@ def preset_gguf_path(preset: Preset) -> Path:
     if not preset.chunked:
         return dirs[0] / preset.gguf_name
     target = cache_root() / "gguf" / preset.gguf_name
-    if target.exists():
-        return target
     chunks = [p for d in dirs for p in sorted((d / "data").glob(f"{preset.gguf_name}.part*"))]
     if not chunks:
         raise UserError(f"no chunks of {preset.gguf_name} found in the packages of preset {shown(preset.name)}")
+    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in chunks):
+        return target  # joined before (a join cut short is joined again)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     with tmp.open("wb") as out:
@@ -144,23 +152,144 @@ def bpe_from_ranked_unigram(tokenizer) -> None:
                                fuse_unk=True, unk_token=unk)
 
 
-# The phases of a preparation, in order, as ``prepare`` reports them.
-JOIN, READ, TOKENIZER, WRITE = "joining the GGUF parts", "reading the GGUF (dequantising)", \
-    "rebuilding the tokenizer", "writing the cached folder"
-
-
 def prepared(preset: Preset) -> bool:
     """Whether the preset's cached folder is there (``prepare`` has run under this transformers major)."""
     return (converted_path(preset) / MODEL_CONFIG).exists()
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files of a cached folder that its manifest lists: every regular file in it but the manifest."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path) -> None:
+    """Write ``folder``'s manifest: each file's size in bytes and sha256, written to a temporary file and
+    renamed into place (a reader never sees half a manifest)."""
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(folder)}
+    tmp = folder / f"{MANIFEST}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps({"format": MANIFEST_FORMAT, "files": files}, indent=1), encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+
+
+def _read_manifest(folder: Path) -> dict | None:
+    """The files a manifest lists ({name: {"bytes", "sha256"}}); None when the folder has none (prepared
+    before manifests were written); a ValueError when it cannot be read as one."""
+    try:
+        found = json.loads((folder / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"its {MANIFEST} cannot be read ({err})") from None
+    files = found.get("files") if isinstance(found, dict) else None
+    if not isinstance(files, dict) or found.get("format") != MANIFEST_FORMAT or not all(
+            isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str)
+            for v in files.values()):
+        raise ValueError(f"its {MANIFEST} is not a manifest of format {MANIFEST_FORMAT}")
+    return files
+
+
+def safetensors_damage(path: Path) -> str | None:
+    """Why a .safetensors file is cut short or padded (its header says where its last tensor ends), or None;
+    read from its header alone. The check of a cached folder without a manifest."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if length < 2 or 8 + length > size:
+                return f"{path.name} is cut short: {size} bytes, no whole header"
+            header = json.loads(f.read(length))
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        return f"{path.name} has no readable safetensors header ({err})"
+    expected = 8 + length + max(ends, default=0)
+    if size != expected:
+        return f"{path.name} has {size} bytes, its header says {expected}"
+    return None
+
+
+def damage(folder: Path, full: bool = False) -> str | None:
+    """Why the cached folder ``folder`` is not as it was prepared (one phrase), or None: a file its manifest
+    lists missing or of another size, or with ``full`` of another sha256 (reads every byte: ``softeval
+    prepare``, and a load that failed); an unreadable manifest. A folder prepared before manifests were written
+    has its .safetensors files checked against their headers instead."""
+    try:
+        files = _read_manifest(folder)
+    except ValueError as err:
+        return str(err)
+    if files is None:
+        return next(filter(None, map(safetensors_damage, sorted(folder.glob("*.safetensors")))), None)
+    for name, want in files.items():
+        path = folder / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != want["bytes"]:
+            return f"{name} has {size} bytes, {want['bytes']} when it was prepared"
+        if full and _sha256(path) != want["sha256"]:
+            return f"{name} differs from when it was prepared (its sha256)"
+    return None
+
+
+def damaged_cache(preset: Preset, why: str) -> UserError:
+    """The one error for a preset whose cached folder cannot be loaded: the folder, why, and the fix."""
+    return UserError(f"the cached folder of preset {preset.name} is damaged ({why}): {converted_path(preset)}; run "
+                     f"`softeval prepare {preset.name}` to check it and prepare it again")
+
+
+def unwritable_cache(folder: Path, err: OSError) -> UserError:
+    """The one error for a cache that cannot be written (``SOFTEVAL_CACHE`` read-only, a file, a full disk)."""
+    return UserError(f"cannot write the model cache at {folder} ({err.strerror or err}): make it writable, or set "
+                     "SOFTEVAL_CACHE to a folder you can write")
+
+
+def repair(preset: Preset) -> str | None:
+    """``softeval prepare``'s check of a prepared preset (every byte, ``damage(full=True)``): a damaged folder is
+    discarded, so that ``prepare`` prepares it again, and why is returned; None for an intact one, whose
+    manifest is written where it has none (prepared before manifests were)."""
+    saved = converted_path(preset)
+    why = damage(saved, full=True)
+    try:
+        if why is None:
+            if not (saved / MANIFEST).exists():
+                write_manifest(saved)
+            return None
+        aside = saved.with_name(f"{saved.name}.damaged.tmp{os.getpid()}")
+        os.replace(saved, aside)
+        shutil.rmtree(aside)
+    except OSError as err:
+        if why is None:  # an intact folder in a cache this user cannot write: read as it is
+            return None
+        raise unwritable_cache(saved.parent, err) from None
+    return why
+
+
+# The phases of a preparation, in order, as ``prepare`` reports them.
+JOIN, READ, TOKENIZER, WRITE = "joining the GGUF parts", "reading the GGUF (dequantising)", \
+    "rebuilding the tokenizer", "writing the cached folder"
+
+
 def prepare(preset: Preset, on_phase: Callable[[str], None] | None = None) -> dict[str, float]:
-    """Prepare ``preset`` once: its GGUF read in fp32 and written with its tokenizer as the cached folder
-    (``converted_path``). ``on_phase(name)`` is called as each phase starts. Returns the seconds of each
-    phase; {} when the folder was already there. Two processes preparing at once each write a folder of
-    their own and the first to finish keeps its."""
+    """Prepare ``preset`` once: its GGUF read in fp32 and written with its tokenizer and manifest as the cached
+    folder (``converted_path``). ``on_phase(name)`` is called as each phase starts. Returns the seconds of each
+    phase; {} when the folder was already there, its files of the sizes its manifest says (else the UserError
+    ``damaged_cache``: ``softeval prepare`` repairs it). Two processes preparing at once each write a folder of
+    their own and the first to finish keeps its. A cache that cannot be written is one UserError, said before
+    the GGUF is read."""
     saved = converted_path(preset)
     if prepared(preset):
+        why = damage(saved)
+        if why is not None:
+            raise damaged_cache(preset, why)
         return {}
     seconds: dict[str, float] = {}
 
@@ -169,26 +298,58 @@ def prepare(preset: Preset, on_phase: Callable[[str], None] | None = None) -> di
         if on_phase:
             on_phase(name)
 
+    check_cache_writable(preset)
     phase(JOIN)
-    gguf = preset_gguf_path(preset)
+    gguf = _in_cache(preset_gguf_path, preset)
     phase(READ)
     model, tokenizer = _read_gguf(gguf)
     if preset.spm_bpe_tokenizer:
         phase(TOKENIZER)
         bpe_from_ranked_unigram(tokenizer)
     phase(WRITE)
+    _in_cache(_write_folder, saved, model, tokenizer)
+    ends = list(seconds.values())[1:] + [time.perf_counter()]
+    return {name: end - start for (name, start), end in zip(seconds.items(), ends)}
+
+
+def _in_cache(write: Callable, *args):
+    """``write(*args)``; an OSError on a path in the cache is ``unwritable_cache``, naming that path's folder."""
+    try:
+        return write(*args)
+    except OSError as err:
+        path = Path(err.filename) if getattr(err, "filename", None) else None
+        root = cache_root().absolute()
+        if path is None or root not in path.absolute().parents:
+            raise
+        raise unwritable_cache(path.parent, err) from None
+
+
+def check_cache_writable(preset: Preset) -> None:
+    """The folder ``preset``'s cached folder goes in made, and a file written and removed there; else the UserError
+    ``unwritable_cache``, before any work."""
+    folder = converted_path(preset).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise unwritable_cache(folder, err) from None
+
+
+def _write_folder(saved: Path, model, tokenizer) -> None:
+    """The cached folder, written under a temporary name with its manifest and renamed into place."""
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tmp = saved.with_name(f"{saved.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    write_manifest(tmp)
     if saved.exists():
         shutil.rmtree(tmp)
     else:
         tmp.rename(saved)
-    ends = list(seconds.values())[1:] + [time.perf_counter()]
-    return {name: end - start for (name, start), end in zip(seconds.items(), ends)}
 
 
 def _read_gguf(gguf: Path):
