@@ -7,6 +7,8 @@ import argparse
 import csv
 import io
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,28 @@ def test_a_file_that_is_not_there_or_not_text_is_one_line(tmp_path: Path):
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00model")
     with pytest.raises(UserError, match="not UTF-8"):
         read_post_scores(tmp_path / "bin.csv")
+
+
+def test_anything_but_a_regular_file_is_refused_before_it_is_opened(tmp_path: Path):
+    """Issue 60, 9: `--post-scores <a FIFO>` blocked until killed. A writer waits on the pipe: had the reader
+    opened it, it would have read the rows (this test failed); refused, the pipe is never opened."""
+    with pytest.raises(UserError, match="is a folder, not a file: give a CSV or JSON file"):
+        read_post_scores(tmp_path)
+    if not hasattr(os, "mkfifo"):
+        return
+    pipe = tmp_path / "scores.csv"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text("model,task,score\npost-1,mmlu,0.5\n"), daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(UserError) as refused:
+            read_post_scores(pipe)
+        assert str(refused.value) == (f"--post-scores {pipe} is a named pipe (FIFO), not a file: give a CSV or JSON "
+                                      "file of model, task, score")
+    finally:  # let the writer's open return, so that its thread ends
+        reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+        writer.join()
+        os.close(reader)
 
 
 PAIRS = [("base-1", "post-1"), ("base-2", "post-2"), ("base-3", "post-3"), ("base-4", "post-4")]

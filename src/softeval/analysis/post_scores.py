@@ -22,6 +22,7 @@ import numpy as np
 
 from softeval.errors import UserError, shown
 from softeval.methods import REFERENCE, with_role
+from softeval.tasks.data import file_problem
 
 REQUIRED = ("model", "task", "score")
 OPTIONAL = ("n",)
@@ -59,14 +60,18 @@ class PostScores:
 
 def read_post_scores(path: str | Path) -> PostScores:
     """Read and check a post-scores file (CSV, or JSON by its ``.json`` suffix or a first ``[``); a
-    UserError naming the file, the row and the fix for anything else."""
+    UserError naming the file, the row and the fix for anything else. Anything but a regular file (a folder, a
+    named pipe, a device) is refused before it is opened, by the rule task data follows (``file_problem``)."""
     path = Path(path)
+    problem = file_problem(path)  # never opened unless a regular file: a named pipe would block the read
+    if problem == "not found":
+        raise UserError(f"--post-scores {path}: no such file")
+    if problem is not None:
+        raise UserError(f"--post-scores {path} {problem}: give a CSV or JSON file of model, task, score")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"--post-scores {path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"--post-scores {path} is a folder: give a CSV or JSON file of model, task, score") from None
     except UnicodeDecodeError:
         raise UserError(f"--post-scores {path} is not UTF-8 text: save it as UTF-8 CSV or JSON") from None
     except OSError as err:
