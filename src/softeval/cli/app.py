@@ -18,7 +18,7 @@ from rich.text import Text
 
 from softeval.cli import analysis, schema, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
-from softeval.cli.options import add_options, option_group
+from softeval.cli.options import add_options, given_options, option_group
 from softeval.consoles import progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
@@ -151,7 +151,7 @@ def cmd_run(args) -> int:
             print_verdicts(replace(config, task=PREFIX + name), results)
         print_group_scores(table_console(), group_scores([r for rs in per_task for r in rs], [record]))
         return 0
-    results = run_job(config)
+    results = run_job(config, given=given_options(args))  # options it does not use are named
     print_table(results)
     print_verdicts(config, results)
     return 0
@@ -171,7 +171,7 @@ def cmd_eval(args) -> int:
     from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
 
     config = _config(args, methods, soft_prompt=args.soft_prompt)
-    results = run_job(config)
+    results = run_job(config, given=given_options(args))  # options it does not use are named
     print_table(results)
     print_verdicts(config, results)
     return 0

@@ -3,13 +3,33 @@ help are the table's, so a flag and a sweep file's key cannot drift apart. A row
 are read when a value is checked or the usage shown, and a help the row writes by a function when ``--help``
 shows it: a backend registered or installed after the table was defined is among them. Each flag goes in its
 row's group (``GROUPS``: model and task, methods, tuning, LoRA, engine, output, advanced), which help shows in
-that order."""
+that order. Every flag records that it was given (``given_options``): a run names the options it was given and
+does not use (run/validate.py, ``unused_note``), never one left at its default."""
 
 from __future__ import annotations
 
 import argparse
 
 from softeval.run.config import BY_TARGET, GROUPS, OPTIONS, Option
+
+GIVEN = "_given_options"  # the parsed arguments' attribute: the option keys given on the command line
+
+
+def given_options(args: argparse.Namespace) -> frozenset[str]:
+    """The keys of the options the command line gave (``--lora-rank 8`` too, though 8 is its default)."""
+    return frozenset(getattr(args, GIVEN, ()))
+
+
+def _recording(action: type[argparse.Action]) -> type[argparse.Action]:
+    """``action``, also adding its option's key to the parsed arguments' ``GIVEN`` when the flag is given."""
+
+    class Given(action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            setattr(namespace, GIVEN, given_options(namespace) | {self.dest})
+
+    Given.__name__ = Given.__qualname__ = f"Given{action.__name__}"
+    return Given
 
 
 class KeyValues(argparse.Action):
@@ -123,4 +143,6 @@ def add_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, row: Option
         kwargs["action"] = LateHelp
     if passed_on:
         kwargs["default"] = argparse.SUPPRESS
+    action = kwargs.get("action", "store")
+    kwargs["action"] = _recording(p._registry_get("action", action, action))
     p.add_argument(row.flag, help=help if callable(row.help) else help(), **kwargs)

@@ -70,6 +70,14 @@ def parse_init(value: object) -> Init:
     raise InitRefused(f"unknown soft-prompt init {shown(value)}: use {INIT_GRAMMAR}", NOT_AN_INIT, value)
 
 
+def init_used(init: str, instruction: str | None) -> str:
+    """What ``init`` starts a soft prompt from on a task whose instruction is ``instruction``: ``vocab`` for
+    ``instruction`` when the task has none (``SoftPrompt.initialise``), else ``init`` itself."""
+    if init == INIT_INSTRUCTION and not (instruction or "").strip():
+        return "vocab"
+    return init
+
+
 def check_warm_start(value: str, found: int, asked: int) -> None:
     """A warm start's saved soft prompt must have the ``asked`` number of vectors: InitRefused
     (OTHER_TOKENS) when it has ``found``."""
@@ -206,7 +214,7 @@ class SoftPrompt(torch.nn.Module):
             ids = lm.tokenizer(instruction.strip(), add_special_tokens=False).input_ids if instruction.strip() else []
             if ids:
                 return cls(_embed_ids(embed, (ids * num_tokens)[-num_tokens:]), init=how)
-            init = Init("vocab")
+            init, how = Init("vocab"), "vocab"  # what it starts from, as the saved soft prompt records it
         if init.kind == "vocab":
             special = set(getattr(lm.tokenizer, "all_special_ids", []) or [])
             vocab = min(embed.num_embeddings, len(lm.tokenizer))

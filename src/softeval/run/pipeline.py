@@ -10,6 +10,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from softeval.run.scoring import (
     score_output,
 )
 from softeval.run.tuned import Trained, trainer
-from softeval.run.validate import check_config
+from softeval.run.validate import check_config, init_note, unused_note
 from softeval.store.format import OUTPUTS_FILE, samples_digest
 from softeval.store.identity import identity_of, reads
 from softeval.store.locking import describe
@@ -181,23 +182,35 @@ def _inside(path: Path, folder: RunFolder) -> bool:
 
 
 def run_job(config: RunConfig, console: Console | None = None, lm: LoadedModel | None = None, on_skip=None,
-            command: str = "run") -> list[dict]:
+            command: str = "run", given: Collection[str] | None = None) -> list[dict]:
     """Score every requested method; returns the results of each (skipped finished runs included).
 
     ``lm``: an already loaded model to use instead of loading ``config.model`` (library use, tests).
     ``on_skip(method)``: told of each method whose run was found finished (by another process, too) and
     skipped. ``command``: the command the job belongs to (run, sweep, track), for how its messages say
-    to redo a run (runs.REDO).
+    to redo a run (runs.REDO). ``given``: the options the user set (the command line's), of which those the run
+    does not use are named in one line (``validate.unused_note``).
     """
     console = console or message_console()
     job = Job(config, console, _lm=lm, spelling=SWEEP_FILE if command == "sweep" else COMMAND_LINE)
     job.prepare()
+    say_notes(job, given)
     try:
         return _run_methods(job, on_skip, command)
     finally:
         end_engine(job._lm, job._engine)  # unless the model keeps it for its next jobs
         if lm is None:  # the model (and the engine kept on it) is this call's own
             close_engine(job._lm)
+
+
+def say_notes(job: Job, given: Collection[str] | None) -> None:
+    """Once per job, before the model loads: an --init instruction that starts from vocab tokens (the task has no
+    instruction), and the options ``given`` that the run does not use."""
+    cfg, name = job.config, job.spelling
+    unused = unused_note(cfg, given, job.task.multiple_choice, name) if given is not None else None
+    for note in (init_note(cfg, job.task.instruction, name), unused):
+        if note:
+            job.console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def _run_methods(job: Job, on_skip, command: str) -> list[dict]:

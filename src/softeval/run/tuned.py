@@ -129,6 +129,7 @@ class SoftPromptPart:
         else:
             result = _tune(job, self.spec, partial, identity, None)
             soft_prompt, tuning, curve = result.soft, result.summary(), result.curve
+            tuning["init"] = soft_prompt.init  # what it started from: vocab for --init instruction, no instruction
             if init_record(cfg.init) is not None:  # the warm start: source folder, digest, what it was tuned on
                 tuning["init_from"] = init_record(cfg.init)
         soft_prompt.save(partial / self.spec.folder, lm, tuned_on(cfg))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from softeval.lm.softprompt import (
     InitRefused,
     adapter_shape,
     check_warm_start,
+    init_used,
     parse_init,
 )
 from softeval.methods import ADAPTER, known, names, spec_of
@@ -313,3 +315,38 @@ def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
     why = write_refusal(existing)
     if why:
         raise UserError(f"{given}: cannot write under {existing} ({why})")
+
+
+def unused_note(cfg: RunConfig, given: Collection[str], multiple_choice: bool,
+                name: Spelling = COMMAND_LINE) -> str | None:
+    """The one line naming the options ``given`` (the keys the user set) that the run of ``cfg`` does not use, or
+    None: those no method of the run reads (each spec's ``reads``: softeval.methods, the rule the run's identity
+    follows) and ``permutations`` on a task that is not ``multiple_choice`` (it reorders the options of
+    multiple-choice items: ``Job.prepare`` and ``score_items`` read it only there)."""
+    unread = [k for k in OPTIONS if k in given and not any(spec_of(m).reads_option(k) for m in cfg.methods)]
+    unpermuted = "permutations" in given and not multiple_choice and "permutations" not in unread
+    unused = unread + ["permutations"] * unpermuted
+    if not unused:
+        return None
+
+    def keys(found: list[str]) -> str:
+        return ", ".join(name.key(k) for k in found)
+
+    why = []
+    if unread:
+        why.append(f"{keys(unread)}: not read by method{'s' * (len(cfg.methods) > 1)} {', '.join(cfg.methods)}")
+    if unpermuted:
+        why.append(f"{name.key('permutations')}: task {cfg.task} is not multiple choice")
+    return f"note: {keys(unused)} {'has' if len(unused) == 1 else 'have'} no effect on this run ({'; '.join(why)})"
+
+
+def init_note(cfg: RunConfig, instruction: str | None, name: Spelling = COMMAND_LINE) -> str | None:
+    """The one line saying what ``--init instruction`` starts from on a task without an instruction (vocab tokens:
+    ``softprompt.init_used``, what results.json's ``tuning.init`` then records), where a method of the run tunes a
+    soft prompt from its init; else None."""
+    used = init_used(cfg.init, instruction)
+    tuned = cfg.soft_prompt is None and any(spec_of(m).tunes and spec_of(m).reads_option("init") for m in cfg.methods)
+    if not tuned or used == cfg.init:
+        return None
+    return (f"note: {name.setting('init', cfg.init)}: task {cfg.task} has no instruction, so the soft prompt starts "
+            f"from {used} (results.json's tuning.init says {used})")
