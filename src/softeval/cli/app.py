@@ -29,6 +29,7 @@ from softeval.packaged import ASSET_INSTALL
 from softeval.protocol import METRICS, SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, METHODS, TUNING, RunConfig
 from softeval.store.format import Run
+from softeval.tasks.lmeval_bridge import check_include_path
 
 if TYPE_CHECKING:
     from softeval.tasks.base import Task
@@ -257,9 +258,11 @@ def print_verdicts(config: RunConfig, results: list[dict]) -> None:
 
 def _lm_eval_tasks(args) -> int:
     """``softeval tasks --lm-eval [PATTERN]``: lm-eval's tasks matching PATTERN (lmeval_bridge.listing)."""
-    from softeval.tasks.lmeval_bridge import listing
+    from softeval.tasks.lmeval_bridge import listing, unreadable
 
     rows = listing(args.lm_eval, args.include_path)
+    for path, reason in unreadable(args.include_path):  # lm-eval's index skips them: said, the rest listed
+        print_error(f"warning: lm-eval cannot read {path}, skipped ({reason})")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -316,8 +319,11 @@ def cmd_tasks(args) -> int:
     """Every task with its sources, splits and sizes. A task that cannot load from ``--source`` (one in no
     package; an asset package missing) is still listed, with null sizes and a note saying why (and the
     task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
+    check_include_path(args.include_path)  # the one rule, as `softeval run` applies it
     if args.lm_eval is not None:
         return _lm_eval_tasks(args)
+    if args.include_path is not None:
+        raise UserError(f"--include-path {args.include_path} is for lm-eval tasks: add --lm-eval [PATTERN]")
     from softeval.tasks import TASKS  # the task registry: when tasks are listed
 
     rows = [_task_row(task, args.source) for task in TASKS.values()]

@@ -76,7 +76,8 @@ def reads(method: str, option: str) -> bool:
 def identity_diff(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for each identity option that differs; an option a run did not record (it
     was written before the option existed) counts as different, its effect then being unknown. A checkpoint is
-    compared by its fingerprint when both records carry one, else by its path (FINGERPRINT)."""
+    compared by its fingerprint when both records carry one, else by its path (FINGERPRINT). An option that is a
+    mapping in both (an lm-eval task's ``lm_eval``) is said part by part: ``lm_eval.config_sha256: ...``."""
     by_fingerprint = fingerprinted(old) and fingerprinted(new)
     paths = old.get("model"), new.get("model")
     old = identity_of(old, by_fingerprint)
@@ -98,8 +99,15 @@ def identity_diff(old: dict, new: dict) -> list[str]:
             return f"{key}: the contents differ ({old[key][:12]}… -> {new[key][:12]}…)"
         return f"{key}: {show(old, key)} -> {show(new, key)}"
 
+    def lines(key: str) -> list[str]:
+        """A mapping both records hold (an lm-eval task's ``lm_eval``): each of its parts that differs, by name."""
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+            return identity_diff({f"{key}.{k}": v for k, v in old[key].items()},
+                                 {f"{key}.{k}": v for k, v in new[key].items()}) or [line(key)]
+        return [line(key)]
+
     keys = list(new) + [k for k in old if k not in new]
-    return [line(k) for k in keys if k not in old or k not in new or old[k] != new[k]]
+    return [said for k in keys if k not in old or k not in new or old[k] != new[k] for said in lines(k)]
 
 # Options two runs may differ in and still be compared item by item: which items they scored (a paired test takes
 # those both scored), orderings scored beside them, and the batch size of scoring (two methods' prompts differ, so
