@@ -3,10 +3,10 @@
 The file is read with ``yaml.safe_load`` (JSON is YAML) within the bounds of ``softeval.yamlfile`` and its
 settings are checked by their one declaration (``tasks.schema.TaskFile``, which `softeval schema task` prints as
 JSON Schema); templates are rendered by a sandboxed Jinja
-environment with ``StrictUndefined`` (no attribute tricks, no code, a missing variable is an error),
-and regexes are compiled once. Every row is checked when the task loads: a missing field, an answer
-outside the options or a template that cannot be filled is an error naming the file and the row (or,
-with ``--skip-bad-rows``, a counted skip).
+environment with ``StrictUndefined`` (no attribute tricks, no code, a missing variable is an error), each
+rendering of a row bounded in time and size (``tasks.sandbox``), and regexes are compiled once. Every row is
+checked when the task loads: a missing field, an answer outside the options or a template that cannot be filled
+is an error naming the file and the row (or, with ``--skip-bad-rows``, a counted skip).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import regex
-from jinja2 import StrictUndefined, Template, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import Template, TemplateError
 
 from softeval.errors import UserError, shown
 from softeval.protocol import ONE_LINE
@@ -40,6 +39,7 @@ from softeval.tasks.base import (
 from softeval.tasks.data import convert_rows, missing_file, read_local, require_fields
 from softeval.tasks.gsm8k import lenient as lenient_last_number
 from softeval.tasks.qa import f1_max, lenient_contains, match_any
+from softeval.tasks.sandbox import BoundedSandbox, RenderBound, render
 from softeval.tasks.schema import Split, TaskFile, checked
 from softeval.yamlfile import read_yaml
 
@@ -47,7 +47,7 @@ SUFFIXES = (".yaml", ".yml", ".json")
 REGEX_SECONDS = 1.0  # a task file's regex gets this long per output; past it the item is unscorable
 # every setting (tasks/schema.py declares them, docs/reference/task-format.md says what each does)
 KEYS = set(TaskFile.model_fields)
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_ENV = BoundedSandbox()
 
 
 def is_task_file(name: str) -> bool:
@@ -245,14 +245,19 @@ class _Reader:
         rendered = {}
         for name, template in templates:
             try:
-                rendered[name] = _rendered(template, example)
+                rendered[name] = render(template, _variables(example))
             except Exception as err:  # noqa: BLE001 (a user's template: any failure is theirs, named by row)
                 raise UserError(f"{where}: the {name} template cannot be filled ({err})") from None
         _check_target(rendered["target"], self.strict, example, where)
 
 
 def _rendered(template: Template, example: Example) -> str:
-    return template.render(_variables(example))
+    """A template filled with an item's fields, within the sandbox's bounds (every row was rendered so when its
+    task loaded: one past them was refused then, naming its row)."""
+    try:
+        return render(template, _variables(example))
+    except RenderBound as err:
+        raise UserError(f"item {example.id}: a template cannot be filled ({err})") from None
 
 
 def declared_target_kind(spec: dict) -> str:
