@@ -11,6 +11,8 @@ from softeval.cli.app import main
     (["--seeds", "a,b"], "--seeds must be whole numbers"),
     (["--seeds", "1,1"], "--seeds must be distinct"),
     (["--seeds", "-1"], "--seeds must be distinct whole numbers >= 0"),
+    (["--seeds", "99999999999999999999999"], "that fit in 64 bits"),  # was torch's ValueError (seed overflow)
+    (["--seeds", f"0,{2**63}"], "that fit in 64 bits"),
     (["--people", "3"], "--people must be between 8 and 100000"),
     (["--steps", "0"], "--steps must be between 1"),
     (["--exposure-scale", "0"], "--exposure-scale must be above 0"),
@@ -42,3 +44,18 @@ def test_a_root_with_a_testbed_of_other_settings_is_refused_before_anything_is_b
     assert main(["testbed", "--quick", "--out", str(out)]) == 2
     assert "holds a testbed made with other settings" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "testbed").iterdir()) == ["settings.json"]
+
+
+def test_an_out_inside_a_finished_run_folder_is_refused_before_any_model_is_trained(tmp_path, capsys, monkeypatch):
+    """As `softeval run` refuses it (run.validate.check_out), before the testbed trains anything (it trained 8
+    models, then refused)."""
+    from softeval.testbed import driver
+
+    run = tmp_path / "runs" / "m" / "t" / "zero-shot" / "seed0"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    monkeypatch.setattr(driver, "run_testbed", lambda *a, **kw: pytest.fail("the testbed started"))
+    assert main(["testbed", "--quick", "--out", str(run / "tb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--out {run / 'tb'} is inside a run folder ({run})" in err and len(err.splitlines()) == 1
+    assert not (run / "tb").exists()

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -130,12 +132,12 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
     assert seen(resumed.curve) == seen(full.curve) and resumed.summary()["resumed_at_steps"] == [0]
 
 
-@pytest.mark.parametrize("where, kept_step", [("backward", 4), ("curve point", 2)])
+@pytest.mark.parametrize("where, kept_step", [("backward", 4), ("curve point", 3)])
 def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(lm, tmp_path, monkeypatch, where,
                                                                                kept_step):
-    """A Ctrl-C between curve points checkpoints the last whole step: one in the middle of step 5's backward
-    keeps step 4; one while step 3's curve point is scored (after AdamW has updated the soft prompt) undoes that
-    update and keeps step 2. The resumed run repeats the interrupted step and ends where an uninterrupted one does."""
+    """A KeyboardInterrupt raised in the middle of step 5's backward (a stop at once) keeps step 4, the last whole
+    one; one while step 3's curve point is scored (after AdamW has updated the soft prompt) keeps step 3 with its
+    point left to score, which the resumed run scores first. The resumed run ends where an uninterrupted one does."""
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
     items = task.load().tune
@@ -150,11 +152,89 @@ def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(
             tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     saved = json.loads((tmp_path / "tune_state.json").read_text())
     assert saved["step"] == kept_step and [p["step"] for p in saved["curve"]] == list(range(kept_step + 1))
+    assert saved.get("score_pending", False) == (where == "curve point")
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert resumed.summary()["resumed_at_steps"] == [kept_step]
     torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
-    assert [(p["step"], p["loss"], p["format_rate"]) for p in resumed.curve] == \
-        [(p["step"], p["loss"], p["format_rate"]) for p in full.curve]
+    assert _seen(resumed.curve) == _seen(full.curve)
+
+
+def _seen(curve: list[dict]) -> list[tuple]:
+    return [(p["step"], p["loss"], p["format_rate"], p["accuracy"], p.get("held_out_loss")) for p in curve]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("at_call", [2, 5])  # step 2's backward; step 5's (after the curve point of step 3)
+def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(lm, tmp_path, monkeypatch, sig,
+                                                                                at_call, capfd):
+    """A real SIGINT or SIGTERM in the middle of a step's backward is held: the step finishes, is checkpointed, and
+    tuning stops with the signal's own exception (KeyboardInterrupt; the command line's Terminated for SIGTERM).
+    The checkpoint's step is the steps done (none lost) and the resumed run is bit-identical to an uninterrupted
+    one."""
+
+    class Stopped(KeyboardInterrupt):
+        pass
+
+    def stop(signum, frame):
+        raise Stopped  # stands in for the command line's SIGTERM handler (softeval.cli.app)
+
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+    real, calls = tuning_loss.target_loss_backward, []
+
+    def signalled(*args, **kw):
+        calls.append(1)
+        if len(calls) == at_call:
+            os.kill(os.getpid(), sig)  # delivered here, in the middle of the step
+        return real(*args, **kw)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(tuning_loss, "target_loss_backward", signalled)
+            with pytest.raises(Stopped if sig == signal.SIGTERM else KeyboardInterrupt):
+                tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+        assert signal.getsignal(signal.SIGTERM) is stop  # the handlers before are put back
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert "stopping once this tuning step is done" in capfd.readouterr().err
+    saved = json.loads((tmp_path / "tune_state.json").read_text())
+    assert saved["step"] == at_call == len(calls) and not saved.get("score_pending")  # every step done is kept
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+    assert resumed.summary()["resumed_at_steps"] == [at_call]
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    assert _seen(resumed.curve) == _seen(full.curve)
+
+
+def test_a_signal_held_at_a_curve_step_keeps_it_with_its_point_to_score(lm, tmp_path, monkeypatch):
+    """A signal during step 3's update (a curve step) stops before its held-out scoring (minutes on worked
+    solutions): step 3 is kept with its point to score; the resumed run scores it first, bit-identical."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+    real, calls = tuning_loss.target_loss_backward, []
+
+    def signalled(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning_loss, "target_loss_backward", signalled)
+        with pytest.raises(KeyboardInterrupt):
+            tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+    saved = json.loads((tmp_path / "tune_state.json").read_text())
+    assert saved["step"] == 3 and saved["score_pending"] is True and saved["curve"][-1]["format_rate"] is None
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    assert _seen(resumed.curve) == _seen(full.curve)
 
 
 def test_batches_are_seeded_epochs():

@@ -387,6 +387,28 @@ def test_dry_run_lists_jobs_and_resources_and_loads_nothing(assets, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("out", ["file", "run folder"])
+def test_a_dry_run_refuses_the_output_root_the_sweep_refuses(assets, tmp_path, capsys, monkeypatch, out):
+    """`out:` a file (or inside a run folder) is refused by the dry run as by the sweep (one check: plan's), not
+    planned as "N to do"."""
+    folder, models, tasks = assets
+    if out == "file":
+        (tmp_path / "file").write_text("not a folder")
+        root, said = tmp_path / "file", "is a file, not a folder"
+    else:
+        run = tmp_path / "runs" / "m" / "t" / "zero-shot" / "seed0"
+        run.mkdir(parents=True)
+        (run / "results.json").write_text("{}")
+        root, said = run / "out", "is inside a run folder"
+    spec = {"out": str(root), "tasks": [str(folder / tasks[0])], "methods": ["zero-shot"],
+            "models": [str(models[0])], **SMALL}
+    monkeypatch.setattr("softeval.sweep.driver._connect", lambda address: pytest.fail("the sweep started Ray"))
+    for dry in (["--dry-run"], []):
+        assert cli.main(["sweep", str(write_sweep(tmp_path, spec)), *dry]) == 2
+        err = one_error(capsys.readouterr().err)
+        assert said in err, err
+
+
 def test_the_example_sweep_parses_and_the_docs_list_every_option():
     from softeval.run.config import SWEEP_OPTIONS
 

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 
 from softeval.consoles import message_console
 from softeval.errors import UserError
+from softeval.run.config import SEED_RANGE
 
 if TYPE_CHECKING:
     from softeval.testbed.driver import Settings
 
 QUICK_PEOPLE, FULL_PEOPLE = 40, 120
 QUICK_SEEDS, FULL_SEEDS = "0", "0,1,2"
+QUICK_VARIANTS, FULL_VARIANTS = 2, 4  # prompt variants each world's base models are scored under
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=80, metavar="N", help="soft-prompt tuning steps (default 80)")
     p.add_argument("--exposure-scale", type=float, default=1.0, metavar="X",
                    help="multiply every recipe's biographies per person (default 1)")
+    p.add_argument("--prompt-variants", type=int, default=None, metavar="K",
+                   help=f"score each base model under prompt variants 0 to K-1, for the rankings' stability across "
+                        f"prompt formats (default {FULL_VARIANTS}; with --quick {QUICK_VARIANTS})")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="at most N models scored at a time in the sweeps (default: as many as the cores fit)")
     p.set_defaults(handler=cmd_testbed)
@@ -42,8 +47,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
         seeds = tuple(int(s) for s in text.split(","))
     except ValueError:
         raise UserError(f"--seeds must be whole numbers separated by commas (e.g. 0,1,2), not {text!r}") from None
-    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
-        raise UserError(f"--seeds must be distinct whole numbers >= 0, not {text!r}")
+    if len(set(seeds)) != len(seeds) or any(not 0 <= s <= SEED_RANGE[1] for s in seeds):  # a seed's range: 64 bits
+        raise UserError(f"--seeds must be distinct whole numbers >= 0 that fit in 64 bits, not {text!r}")
     people = args.people if args.people is not None else (QUICK_PEOPLE if args.quick else FULL_PEOPLE)
     if not 8 <= people <= 100_000:
         raise UserError(f"--people must be between 8 and 100000, not {people}")
@@ -51,18 +56,23 @@ def settings_of(args: argparse.Namespace) -> Settings:
         raise UserError(f"--steps must be between 1 and 1000000, not {args.steps}")
     if not 0 < args.exposure_scale <= 100:
         raise UserError(f"--exposure-scale must be above 0 and at most 100, not {args.exposure_scale}")
+    variants = args.prompt_variants if args.prompt_variants is not None else (
+        QUICK_VARIANTS if args.quick else FULL_VARIANTS)
+    if not 1 <= variants <= 64:
+        raise UserError(f"--prompt-variants must be between 1 and 64, not {variants}")
     if args.max_parallel is not None and args.max_parallel < 1:
         raise UserError("--max-parallel must be at least 1")
     from softeval.testbed.driver import Settings  # the testbed's driver imports torch and Ray: when it runs
 
-    return Settings(args.quick, seeds, people, args.steps, args.exposure_scale)
+    return Settings(args.quick, seeds, people, args.steps, args.exposure_scale, variants=variants)
 
 
 def cmd_testbed(args: argparse.Namespace) -> int:
     settings = settings_of(args)
+    from softeval.run.validate import check_out  # torch: the testbed imports it anyway
+
+    check_out(args.out)  # as `softeval run` checks it: a folder, writable, not inside a run folder; before any work
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {args.out} is a file, not a folder: give a folder (it is created if missing)")
     out.mkdir(parents=True, exist_ok=True)
     from softeval.testbed.driver import run_testbed
 

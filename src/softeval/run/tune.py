@@ -7,17 +7,23 @@ between tuning and scoring. The loss is cross-entropy on the target tokens only 
 required format, then EOS). Every ``curve_every`` steps the part is scored on a small held-out slice of
 the tuning split (format_rate, accuracy): the learning curve shows format-following saturate while
 knowledge stays flat. A NaN loss stops tuning and keeps the last finite part. With a checkpoint folder,
-tuning resumes where an interrupted run stopped.
+tuning resumes where an interrupted run stopped: a Ctrl-C or SIGTERM during a step's update lets the step finish
+and checkpoints it (``HeldInterrupts``; a second one stops at once, undoing the step), one while a curve point is
+scored checkpoints the step with its point left to score, which the resumed run scores first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -251,14 +257,71 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     part = _soft_prompt(lm, prompter, config, tuned.name) if tuned.part is None else tuned.part
     folder, identity, log = (None, None, None) if kept is None else (kept.folder, kept.identity, kept.log)
     loop = _Loop(lm, prompter, train, curve_items, config, part, tuned.method, folder, started)
-    loop.resume(_state_identity(identity, config, train + curve_items), log or _stderr)
-    loop.first_point()
-    # The loss's head is checked once per model (a probe through it): here, with the adapter's dropout off,
-    # so that the probe neither sees dropout nor draws from the RNG a resumed run restores.
-    tuning_loss.target_head(loop.tuner)
-    while loop.step < config.steps and loop.early is None and loop.stopped is None:
-        loop.advance(on_step)
+    with HeldInterrupts() as held:
+        loop.resume(_state_identity(identity, config, train + curve_items), log or _stderr)
+        loop.score_pending(on_step)
+        loop.first_point()
+        # The loss's head is checked once per model (a probe through it): here, with the adapter's dropout off,
+        # so that the probe neither sees dropout nor draws from the RNG a resumed run restores.
+        tuning_loss.target_head(loop.tuner)
+        while loop.step < config.steps and loop.early is None and loop.stopped is None:
+            loop.advance(on_step, held)
+        loop.stop_if_held(held)
     return loop.result()
+
+
+HELD = ("\nstopping once this tuning step is done, to keep it for the next run (interrupt again to stop at once, "
+        "losing the step)\n")
+
+
+class HeldInterrupts:
+    """SIGINT and SIGTERM during tuning. Inside ``holding()`` (a step's update: seconds to a minute on a worked
+    solution) the first one is held, said once on stderr, and raised by ``raise_held`` once the step is whole; a
+    second one, or one outside ``holding()`` (a curve point's scoring: minutes), is raised where it lands, by the
+    handler there was before (KeyboardInterrupt; the command line's SIGTERM, softeval.cli.app). Only a handler of
+    Python's own is taken over, and only in the main thread (elsewhere no handler can be set): otherwise nothing
+    changes. The handlers before are put back on exit."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.before: dict[int, Callable] = {}
+        self.held: int | None = None  # the signal held until the step is whole
+        self.inside = False
+
+    def __enter__(self) -> HeldInterrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    self.before[sig] = handler
+                    signal.signal(sig, self._caught)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.before.items():
+            signal.signal(sig, handler)
+
+    def _caught(self, signum, frame) -> None:
+        if self.inside and self.held is None:
+            self.held = signum
+            os.write(2, HELD.encode())  # a signal handler: no print, which may be writing already
+            return
+        self.before[signum](signum, frame)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+    def raise_held(self) -> None:
+        """Raise the held signal, as its handler before would have (nothing when none is held)."""
+        if self.held is not None:
+            signum, self.held = self.held, None
+            self.before[signum](signum, None)
 
 
 def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, name: Spelling) -> SoftPrompt:
@@ -305,6 +368,7 @@ class _Loop:
     resumed_at: list[int] = field(default_factory=list)
     kept: int | None = None
     identity: dict = field(default_factory=dict)
+    pending: dict | None = None  # a resumed curve point still to score (``score_pending``)
 
     def __post_init__(self) -> None:
         config = self.config
@@ -338,12 +402,16 @@ class _Loop:
             self.step, self.curve, self.last_loss = state["step"], state["curve"], state["loss"]
             self.earlier_seconds, self.resumed_at = state["seconds"], state["resumed_at"] + [self.step]
             self.kept = self.step
+            if state.get("score_pending"):
+                self.pending = self.curve.pop()
 
-    def keep(self, points: list[dict]) -> int:
-        """Checkpoint the state after the last of ``points`` (a killed run resumes from here); its step."""
+    def keep(self, points: list[dict], pending: bool = False) -> int:
+        """Checkpoint the state after the last of ``points`` (a killed run resumes from here); its step. ``pending``:
+        the last point is a curve point still to score."""
         ckpt.save(self.checkpoint, self.params, self.optimizer, self.identity,
                   {"step": points[-1]["step"], "loss": points[-1]["loss"], "curve": points,
-                   "seconds": self.earlier_seconds + time.time() - self.started, "resumed_at": self.resumed_at})
+                   "seconds": self.earlier_seconds + time.time() - self.started, "resumed_at": self.resumed_at,
+                   **({"score_pending": True} if pending else {})})
         return points[-1]["step"]
 
     def first_point(self) -> None:
@@ -356,23 +424,70 @@ class _Loop:
         if config.early_stop and 0 < self.step < config.steps and plateau(self.curve, len(self.curve_items)):
             self.early = self.step  # a run that had stopped early at its last checkpoint (killed before it finished)
 
-    def advance(self, on_step) -> None:
-        """One step, whole or undone: an interrupt (Ctrl-C, SIGTERM) checkpoints the last whole step."""
-        before = StepStart(self.params, self.optimizer)
+    def advance(self, on_step, held: HeldInterrupts) -> None:
+        """One step, whole or undone. An interrupt (Ctrl-C, SIGTERM) held through the update (``held``) stops once
+        the step is whole and checkpointed; one at a curve point's scoring checkpoints the step with the point to
+        score (the resumed run scores it first); one that stops the update at once (a second interrupt) undoes the
+        step and checkpoints the last whole one."""
+        self.stop_if_held(held)
+        before = None
         try:
-            point = self.update(before)
-            if point is None:
-                return
-            self.at_curve_point(point)
-            if on_step:
-                on_step(point)
+            with held.holding():
+                before = StepStart(self.params, self.optimizer)
+                point = self.update(before)
         except KeyboardInterrupt:
-            if self.checkpoint and self.curve and (self.kept is None or self.curve[-1]["step"] > self.kept):
-                before.restore(self.params, self.optimizer)  # whole steps not yet kept
-                self.keep(self.curve)
+            if before is not None:
+                before.restore(self.params, self.optimizer)  # the step not whole
+            self.keep_on_stop(self.curve)
+            raise
+        if point is None:
+            return
+        updated = ckpt.rng_states()  # where a point left to score resumes from
+        try:
+            held.raise_held()
+            self.at_curve_point(point)
+        except KeyboardInterrupt:
+            pending = self.curve_step(point["step"]) and bool(self.curve_items) and point["format_rate"] is None
+            if pending:
+                ckpt.set_rng_states(updated)
+            self.keep_on_stop(self.curve + [point], pending)
+            raise
+        try:
+            if on_step:
+                with held.holding():  # a signal here is held: the step is kept
+                    on_step(point)
+        except KeyboardInterrupt:  # raised by on_step itself: the step undone, as one stopped at once
+            before.restore(self.params, self.optimizer)
+            self.keep_on_stop(self.curve)
             raise
         self.step, self.last_loss = point["step"], point["loss"]
         self.curve.append(point)
+
+    def stop_if_held(self, held: HeldInterrupts) -> None:
+        """Between steps: the interrupt held, if any, raised once the state is checkpointed."""
+        if held.held is not None:
+            self.keep_on_stop(self.curve)
+            held.raise_held()
+
+    def keep_on_stop(self, points: list[dict], pending: bool = False) -> None:
+        """Checkpoint ``points`` as an interrupted run stops, where they go past the checkpoint on disk."""
+        if self.checkpoint and points and (self.kept is None or points[-1]["step"] > self.kept):
+            self.kept = self.keep(points, pending)
+
+    def score_pending(self, on_step) -> None:
+        """A resumed run whose checkpoint left its last curve point to score (interrupted while scoring it):
+        scored now, as the interrupted run would have."""
+        point, self.pending = self.pending, None
+        if point is None:
+            return
+        try:
+            self.at_curve_point(point)
+        except KeyboardInterrupt:
+            self.pending = point  # the checkpoint on disk still has it to score
+            raise
+        self.curve.append(point)
+        if on_step:
+            on_step(point)
 
     def update(self, before: StepStart) -> dict | None:
         """The step's optimizer update and its point (step, loss); None, with ``stopped`` saying why, where the
@@ -406,7 +521,7 @@ class _Loop:
     def at_curve_point(self, point: dict) -> None:
         """At a curve point: the held-out slice scored into ``point``, early stop's verdict, the checkpoint."""
         config, step = self.config, point["step"]
-        if not (config.curve_every and (step % config.curve_every == 0 or step == config.steps)):
+        if not self.curve_step(step):
             return
         if self.curve_items:
             point.update(self.scored())
@@ -414,6 +529,11 @@ class _Loop:
                 self.early = step
         if self.checkpoint:  # also without a held-out slice
             self.kept = self.keep(self.curve + [point])
+
+    def curve_step(self, step: int) -> bool:
+        """Is ``step`` a curve point (scored where there is a held-out slice, checkpointed)?"""
+        config = self.config
+        return bool(config.curve_every) and (step % config.curve_every == 0 or step == config.steps)
 
     def result(self) -> TuneResult:
         last = self.last_loss

@@ -7,7 +7,8 @@ crash or be resumed from. Files:
 - ``tune_state-<step>.safetensors``: the tuned tensors by name (``soft``: the soft prompt; a LoRA adapter's
   A and B by their parameter names) and ``optim.<param>.<name>`` (AdamW's moment tensors and step counter);
 - ``tune_state.json``: format, step, loss, curve so far, seconds, resumed_at, the RNG states as lists,
-  the optimizer's non-tensor state, the run identity, and the tensor file's name and sha256.
+  the optimizer's non-tensor state, the run identity, and the tensor file's name and sha256; ``score_pending``
+  (true) where the run was interrupted while its last curve point was scored: the resumed run scores it first.
 
 The JSON is written last and names its tensor file, so a process killed between the two writes leaves
 the previous, consistent pair. No other file is ever read as a checkpoint (a pickle such as
@@ -48,7 +49,8 @@ def files(folder: Path) -> list[Path]:
 
 def save(folder: Path, params: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, identity: dict,
          meta: dict) -> None:
-    """Write the checkpoint of step ``meta['step']`` (meta: step, loss, curve, seconds, resumed_at); ``params``:
+    """Write the checkpoint of step ``meta['step']`` (meta: step, loss, curve, seconds, resumed_at, and
+    score_pending where set); ``params``:
     the tuned tensors by name, in the optimizer's order."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -152,6 +154,8 @@ def _check_meta(record: dict) -> None:
     resumed = record.get("resumed_at")
     if not isinstance(resumed, list) or not all(is_whole(s) for s in resumed):
         raise ValueError(f"{TUNE_STATE_FILE} has resumed_at {shown(resumed)}")
+    if record.get("score_pending", False) is not False and (record["score_pending"] is not True or step == 0):
+        raise ValueError(f"{TUNE_STATE_FILE} has score_pending {shown(record['score_pending'])}")
 
 
 def _optimizer_state(record: dict, tensors: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> dict:

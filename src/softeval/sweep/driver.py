@@ -11,10 +11,13 @@ scored. Docs: docs/reference/sweeps.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -73,7 +76,8 @@ class SweepResult:
 
 def plan(sweep: Sweep, here: bool = True) -> list[JobState]:
     """Every job with its run folder; finished ones are 'skipped'. A finished run with other settings is
-    a UserError here, before any worker starts (as ``softeval run`` refuses it). ``here``: the workers
+    a UserError here, before any worker starts (as ``softeval run`` refuses it), and so is an output root the runs
+    to do cannot be written under (``check_out``): a dry run refuses what the sweep would. ``here``: the workers
     run on this machine (no cluster address), so what they resolve on it (the tuning dtype) is compared."""
     states = []
     for job in sweep.jobs:
@@ -87,6 +91,8 @@ def plan(sweep: Sweep, here: bool = True) -> list[JobState]:
             except OtherSettings as err:
                 raise err.said_by(sweep.command) from None
         states.append(JobState(job, folder.final, "skipped" if done else "queued"))
+    if any(s.state == "queued" for s in states):  # the dry run refuses what the sweep would (one check)
+        check_out(str(sweep.out), SWEEP_FILE)  # without creating it: the workers' probe does, once the cluster fits
     return states
 
 
@@ -101,22 +107,91 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
         record_group(sweep.out, record)
     view = SweepView(console, states, on_event)
     todo = [s for s in states if s.state == "queued"]
-    if todo:
-        check_out(str(sweep.out), SWEEP_FILE)  # without creating it: the workers' probe does, once the cluster fits
-        ray, own = _connect(address)
-        try:
-            _check_cluster(ray, [m for m in sweep.models if any(s.job.model is m for s in todo)])
-            with view:
-                _Scheduler(ray, sweep, states, view, max_parallel).run()
-        finally:
-            if own:
-                ray.shutdown()
+    if todo:  # plan has checked the output root
+        existing = _children()  # what this process ran before Ray: not Ray's to end
+        with _sigterm_as_given():
+            ray, own = _connect(address)
+            try:
+                _check_cluster(ray, [m for m in sweep.models if any(s.job.model is m for s in todo)])
+                with view:
+                    _Scheduler(ray, sweep, states, view, max_parallel).run()
+            finally:  # also on Ctrl-C or SIGTERM (a KeyboardInterrupt): no worker, raylet or helper is left behind
+                if own:
+                    _shutdown(ray, existing)
     else:
         console.print(f"all {len(states)} runs of {sweep.path} are finished: nothing to run, no model loaded")
     result = SweepResult(states, time.time() - started)
     _finish(sweep, result, ran=bool(todo), console=console)
     view.summary(result)
     return result
+
+
+def _children() -> set[int]:
+    import psutil  # Ray's own dependency
+
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
+def _shutdown(ray, existing: set[int], grace: float = 5.0) -> None:
+    """Stop the Ray this process started, then end what is left of the children it has had since (Ray's workers
+    and services, and the processes they started; not those in ``existing``): SIGTERM, and SIGKILL for those still
+    alive after ``grace`` seconds. A sweep stopped by Ctrl-C or SIGTERM leaves no process behind."""
+    import psutil
+
+    children = [c for c in psutil.Process().children(recursive=True) if c.pid not in existing]
+    try:
+        ray.shutdown()
+    finally:
+        left = [c for c in children if c.is_running()] + [
+            c for c in psutil.Process().children(recursive=True) if c.pid not in existing and c not in children]
+        for c in left:
+            with contextlib.suppress(psutil.Error):
+                c.terminate()
+        _, alive = psutil.wait_procs(left, timeout=grace)
+        for c in alive:
+            with contextlib.suppress(psutil.Error):
+                c.kill()
+        psutil.wait_procs(alive, timeout=grace)
+
+
+@contextlib.contextmanager
+def _sigterm_as_given():
+    """While Ray runs, a SIGTERM stops the sweep as the handler there was before says (the command line's raises its
+    KeyboardInterrupt, Terminated: exit 143), also where Ray's wait turns that into a plain KeyboardInterrupt (exit
+    130 otherwise). Nothing changes where that handler is not Python's own or this is not the main thread."""
+    before = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    if not callable(before):
+        yield
+        return
+    got: list[int] = []
+
+    def stop(signum, frame):
+        got.append(signum)
+        before(signum, frame)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if got:
+            before(signal.SIGTERM, None)  # raises the handler's own interrupt
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def _own_sigterm():
+    """``ray.init`` puts in a SIGTERM handler of its own (``sys.exit``), over the command line's (which raises a
+    KeyboardInterrupt, so that a SIGTERM stops as Ctrl-C does: softeval.cli.app). The handler there was before,
+    where it is Python's own, is put back once Ray has started."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
 
 
 def _connect(address: str | None):
@@ -128,18 +203,19 @@ def _connect(address: str | None):
         use_token_if_any(address)
     if ray.is_initialized():
         return ray, False
-    try:
-        if address:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-            return ray, True
-        src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs (src/)
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
-        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        where = f"join the Ray cluster at {address}" if address else "start Ray on this machine"
-        raise UserError(f"could not {where}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}") \
-            from None
+    with _own_sigterm():
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+                return ray, True
+            src = str(Path(__file__).resolve().parents[2])  # workers import the softeval this driver runs (src/)
+            env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.ERROR, runtime_env={"env_vars": env})
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            where = f"join the Ray cluster at {address}" if address else "start Ray on this machine"
+            raise UserError(f"could not {where}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}") \
+                from None
     return ray, True
 
 
