@@ -45,7 +45,11 @@ def test_report_is_self_contained_escaped_and_complete(report: Path) -> None:
     for heading in ("Metrics", "Format-following against accuracy", "Knowledge versus format",
                     "Learning curves", "Ranking", "Where strict and lenient scoring disagree"):
         assert f"<h2>{heading}" in text
-    assert "half-done" in text and "partial" in text  # the skipped folder is named
+    # the skipped folder is named, in a section of its own: its folder and why
+    skipped = text[text.index('<h2 id="skipped">'):text.index("</table>", text.index('<h2 id="skipped">'))]
+    assert "<th>run folder</th>" in skipped and "<th>reason</th>" in skipped
+    assert "<code>half-done/mmlu/zero-shot/seed0.partial</code>" in skipped and "in progress or interrupted" in skipped
+    assert '<a href="#skipped">1 skipped</a>' in text
     assert "items disagree" in text and "I think the answer is" in text
     assert "<th>top answer</th>" in text
     # the verdicts head the task's knowledge block: soft-prompt against both prompts, per base model
@@ -133,8 +137,9 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     (dom, wide), (_, narrow) = _layout(report, 1280, tmp_path), _layout(report, 800, tmp_path)
     # format vs accuracy, knowledge vs format, cloze reference, failure causes, learning curves, rank scatter
     assert len(CHART.findall(dom)) == 6
-    # metrics, knowledge, 4 failure examples, ranking, 2 sample browsers
-    assert dom.count("<table") == len(wide["tables"]) == 9
+    # skipped folders, metrics, knowledge, 4 failure examples, ranking, 2 sample browsers
+    assert dom.count("<table") == len(wide["tables"]) == 10
+    assert '<h2 id="skipped">' in dom and "half-done/mmlu/zero-shot/seed0.partial" in dom
     for layout in (wide, narrow):
         assert layout["page"] <= layout["width"], layout  # no horizontal scroll bar on the page
         for table in layout["tables"]:

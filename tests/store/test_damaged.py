@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from runfactory import Extras, demo_runs, outcomes, write_run
 
 from softeval import cli
+from softeval.errors import UserError
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, scan
 
@@ -259,3 +261,83 @@ def test_a_bootstrap_of_too_few_replicates_is_one_line(tmp_path, capsys, command
     args = [command, str(tmp_path), "--n-boot", n_boot, *[f"--pair={b}={p}" for b, p in pairs]]
     code, out, err = _runs(args + (["-o", str(tmp_path / "r.html")] if command == "report" else []), capsys)
     assert code == 2 and "Traceback" not in err and "--n-boot must be at least 50" in err and f"not {n_boot}" in err
+
+
+READER_DAMAGE = {
+    "edited": (lambda run: _edit_results(run), "results.json says metrics.accuracy.value is 0.99"),
+    "truncated": (lambda run: _cut_results(run), "results.json is not valid JSON"),
+    # a seed folder with its config but no results.json: unfinished (a run in progress is a .partial folder)
+    "unfinished": (lambda run: ((run / "config.json").write_text("{}"), (run / "results.json").unlink()),
+                   "no results.json"),
+}
+
+
+def _edit_results(run: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    results["metrics"]["accuracy"]["value"] = 0.99
+    (run / "results.json").write_text(json.dumps(results))
+
+
+def _cut_results(run: Path) -> None:
+    text = (run / "results.json").read_text()
+    (run / "results.json").write_text(text[: len(text) // 2])
+
+
+@pytest.mark.parametrize("damage", READER_DAMAGE)
+def test_the_only_run_damaged_before_any_index_is_named_by_every_reader(tmp_path, capsys, monkeypatch, damage):
+    """The issue's case: a root whose only results.json was edited by hand, no index yet. `report` wrote
+    "0 runs", exit 0, naming it nowhere; a second `runs` listing was silent. Every reader names it, with why."""
+    monkeypatch.setenv("COLUMNS", "400")
+    root = tmp_path / "runs"
+    run = write_run(root, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    harm, why = READER_DAMAGE[damage]
+    harm(run)
+    line = f"skipped {run}: {why}"
+    code, out, err = _runs(["report", str(root), "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0 and line in out and "1 skipped" in out
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index('<h2 id="skipped">'):page.index("</table>", page.index('<h2 id="skipped">'))]
+    assert "<th>run folder</th>" in section and "<code>model-a/mmlu/zero-shot/seed0</code>" in section
+    assert why in section
+    for _ in range(3):  # the listing that builds the index, and the later ones
+        code, out, err = _runs(["runs", str(root)], capsys)
+        assert code == 0 and line in out and "0 finished runs" in out and "1 skipped" in out
+    code, out, err = _runs(["runs", str(root), "--json"], capsys)
+    assert code == 0 and json.loads(out) == [] and err.count(line) == 1
+    code, out, err = _runs(["compare", str(root)], capsys)  # nothing left to compare, and it says what it left
+    assert code == 2 and line in out and "nothing to compare" in err
+    code, out, err = _runs(["compare", str(root), "--json"], capsys)
+    [skipped] = json.loads(out)["skipped_folders"]
+    assert skipped["path"] == str(run) and why in skipped["reason"]
+
+
+@pytest.mark.parametrize("damage", READER_DAMAGE)
+def test_a_damaged_run_beside_good_ones_is_named_by_runs_compare_report_and_the_api(tmp_path, capsys, monkeypatch,
+                                                                                     damage):
+    pytest.importorskip("pandas")
+    from softeval.results import SkippedRunWarning, compare, load_runs, load_samples
+
+    monkeypatch.setenv("COLUMNS", "400")
+    root = tmp_path / "runs"
+    write_run(root, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    write_run(root, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.7))
+    run = write_run(root, "model-b", "mmlu", "zero-shot", outcomes(10, 0.4))
+    assert len(index.list_runs(root)) == 3  # indexed while intact
+    harm, why = READER_DAMAGE[damage]
+    harm(run)
+    line = f"skipped {run}: {why}"
+    for _ in range(2):
+        code, out, _ = _runs(["runs", str(root)], capsys)
+        assert code == 0 and line in out and "2 finished runs" in out
+    code, out, _ = _runs(["compare", str(root)], capsys)
+    assert code == 0 and line in out
+    code, out, _ = _runs(["report", str(root), "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0 and line in out
+    assert '<h2 id="skipped">' in (tmp_path / "r.html").read_text()
+    with pytest.warns(SkippedRunWarning, match=re.escape(line)):
+        df = load_runs(root)
+    assert len(df) == 2 and [s["path"] for s in df.attrs["skipped"]] == [str(run)]
+    with pytest.warns(SkippedRunWarning, match=re.escape(line)):
+        assert [s["path"] for s in compare(root).skipped] == [str(run)]
+    with pytest.raises(UserError, match=re.escape(f"{run} cannot be read: {why}")):
+        load_samples(run)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import shutil
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,93 @@ def test_runs_show_the_top_answer(tmp_path: Path, capsys, monkeypatch) -> None:
     assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "top answer" in out and "B 3/10" in out
+
+
+def _edit(run: Path) -> None:
+    """A hand edit of results.json that its samples no longer back (the digest check finds it)."""
+    data = json.loads((run / "results.json").read_text())
+    data["metrics"]["accuracy"]["value"] = 0.99
+    (run / "results.json").write_text(json.dumps(data))
+
+
+def _truncate(run: Path) -> None:
+    text = (run / "results.json").read_text()
+    (run / "results.json").write_text(text[: len(text) // 2])
+
+
+def _unfinished(run: Path) -> None:
+    """A seed folder holding its config but no results.json: not a finished run (a `.partial` is one running)."""
+    (run / "config.json").write_text("{}")
+    (run / "results.json").unlink()
+
+
+DAMAGE = {"edited": (_edit, "metrics.accuracy.value is 0.99"), "truncated": (_truncate, "not valid JSON"),
+          "unfinished": (_unfinished, "no results.json")}
+
+
+def _listing(out: Path) -> tuple[list[str], list[tuple[Path, str]]]:
+    seen: list[tuple[Path, str]] = []
+    return [r["model"] for r in index.list_runs(out, on_skip=lambda p, why: seen.append((p, why)))], seen
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_every_listing_names_a_damaged_run_not_only_the_one_that_builds_the_index(tmp_path, damage, monkeypatch):
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    bad = write_run(tmp_path, "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    harm, said = DAMAGE[damage]
+    harm(bad)
+    assert not (tmp_path / INDEX_FILE).exists()
+    first = _listing(tmp_path)  # builds the index
+    assert first[0] == ["model-a"] and [p for p, _ in first[1]] == [bad] and said in first[1][0][1]
+    # later listings name it with the same reason, remembered by the index: the folder is not read again
+    monkeypatch.setattr(index, "check_run", lambda *a, **k: pytest.fail("an unchanged folder was read again"))
+    assert _listing(tmp_path) == first
+    assert _listing(tmp_path) == first
+
+
+def test_a_run_damaged_after_it_was_indexed_is_named_on_every_later_listing(tmp_path):
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    bad = write_run(tmp_path, "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    assert _listing(tmp_path) == (["model-a", "model-b"], [])
+    _edit(bad)
+    runs, seen = _listing(tmp_path)  # finds the change
+    assert runs == ["model-a"] and [p for p, _ in seen] == [bad] and "0.99" in seen[0][1]
+    assert _listing(tmp_path) == (runs, seen)  # and so does the next one
+
+
+def test_a_skipped_folder_that_changes_is_checked_again_and_a_repaired_one_is_listed(tmp_path):
+    good = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    original = (good / "results.json").read_text()
+    _edit(good)
+    assert "0.99" in _listing(tmp_path)[1][0][1]
+    _truncate(good)
+    assert "not valid JSON" in _listing(tmp_path)[1][0][1]
+    (good / "results.json").write_text(original)
+    assert _listing(tmp_path) == (["model-a"], [])
+    with closing(sqlite3.connect(tmp_path / INDEX_FILE)) as conn:  # forgotten once it is no longer skipped
+        assert conn.execute("SELECT count(*) FROM skipped").fetchone()[0] == 0
+
+
+def test_a_listing_names_folders_that_appeared_after_the_index_was_built(tmp_path):
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    assert _listing(tmp_path) == (["model-a"], [])
+    partial = write_run(tmp_path, "model-a", "mmlu", "soft-prompt", outcomes(10, 0.5), extras=Extras(partial=True))
+    bad = write_run(tmp_path, "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    _truncate(bad)
+    write_run(tmp_path, "model-c", "mmlu", "zero-shot", outcomes(10, 0.5))  # finished, never indexed
+    runs, seen = _listing(tmp_path)
+    assert runs == ["model-a", "model-c"] and [p for p, _ in seen] == [partial, bad]
+    assert "partial" in seen[0][1] and "not valid JSON" in seen[1][1]
+    shutil.rmtree(partial)  # the run finished or was removed: no longer named
+    assert _listing(tmp_path) == (runs, seen[1:])
+
+
+def test_a_read_only_root_names_its_skipped_folders_from_the_index(tmp_path, monkeypatch):
+    write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    bad = write_run(tmp_path, "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    _edit(bad)
+    first = _listing(tmp_path)
+    monkeypatch.setattr(index, "write_refusal", lambda folder: "read-only file system")
+    assert _listing(tmp_path) == first
+    (tmp_path / INDEX_FILE).unlink()  # no index: the folders, read as a scan reads them
+    assert _listing(tmp_path) == first

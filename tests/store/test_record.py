@@ -194,7 +194,7 @@ def _user_version(out: Path, set_to: int | None = None) -> int:
 def test_the_index_records_its_format_version(tmp_path):
     write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
     index.list_runs(tmp_path)
-    assert _user_version(tmp_path) == index.INDEX_FORMAT_VERSION == 1
+    assert _user_version(tmp_path) == index.INDEX_FORMAT_VERSION == 2
 
 
 def test_an_index_of_an_older_format_version_is_rebuilt_from_the_folders(tmp_path):
@@ -208,15 +208,17 @@ def test_an_index_of_an_older_format_version_is_rebuilt_from_the_folders(tmp_pat
     assert _user_version(tmp_path) == 0
     rows = index.list_runs(tmp_path)
     assert [(r["model"], r["accuracy"]) for r in rows] == [("model-a", 0.5), ("model-b", 0.3)]
-    assert _user_version(tmp_path) == 1
+    assert _user_version(tmp_path) == index.INDEX_FORMAT_VERSION
 
 
 def test_an_index_of_a_newer_format_version_is_one_line_and_rebuild_replaces_it(tmp_path, capsys):
     run = write_run(tmp_path, "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
     index.list_runs(tmp_path)
-    _user_version(tmp_path, set_to=2)
-    line = (f"the runs index {tmp_path / INDEX_FILE} has format_version 2; this softeval ({__version__}) "
-            f"reads format_version 1: use the softeval that wrote it, or rebuild it from the run folders "
+    newer = index.INDEX_FORMAT_VERSION + 1
+    _user_version(tmp_path, set_to=newer)
+    line = (f"the runs index {tmp_path / INDEX_FILE} has format_version {newer}; this softeval ({__version__}) "
+            f"reads format_version {index.INDEX_FORMAT_VERSION}: use the softeval that wrote it, or rebuild it "
+            f"from the run folders "
             f"with `{index.rebuild_command(tmp_path)}`")
     with pytest.raises(index.IndexOtherVersion) as refused:
         index.list_runs(tmp_path)
@@ -227,9 +229,9 @@ def test_an_index_of_a_newer_format_version_is_one_line_and_rebuild_replaces_it(
         index.record_run(tmp_path, run)
     RunFolder(tmp_path, run).index()  # a finishing run: a warning, and it carries on
     assert capsys.readouterr().err.startswith(f"warning: could not add {run} to the runs index: {line}")
-    assert _user_version(tmp_path) == 2  # left as it was
+    assert _user_version(tmp_path) == newer  # left as it was
     assert cli.main(["runs", str(tmp_path), "--rebuild"]) == 0
-    assert "Rebuilt" in capsys.readouterr().out and _user_version(tmp_path) == 1
+    assert "Rebuilt" in capsys.readouterr().out and _user_version(tmp_path) == index.INDEX_FORMAT_VERSION
     assert [r["model"] for r in index.list_runs(tmp_path)] == ["model-a"]
     assert not list(tmp_path.glob(f"{INDEX_FILE}.damaged-*"))  # replaced, not kept as damaged
 
@@ -239,7 +241,7 @@ def test_a_read_only_root_whose_index_is_of_another_version_is_listed_from_its_f
     index.list_runs(tmp_path)
     with closing(sqlite3.connect(tmp_path / INDEX_FILE)) as conn:
         conn.execute("UPDATE runs SET accuracy = 0.99")
-        conn.execute("PRAGMA user_version = 2")
+        conn.execute(f"PRAGMA user_version = {index.INDEX_FORMAT_VERSION + 1}")
         conn.commit()
     monkeypatch.setattr(index, "write_refusal", lambda folder: "read-only file system")
     assert [r["accuracy"] for r in index.list_runs(tmp_path)] == [0.5]

@@ -9,6 +9,7 @@ scan that checks it (``load_runs(keep_samples=True)``); every section takes them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,26 +69,45 @@ def build_report(
     post_method: str | None = None,
     n_boot: int = 1000,
     post_scores: PostScores | None = None,
+    on_skip: Callable[[Path, str], None] | None = None,
 ) -> Path:
     """Scan the runs folder, compute the ranking analysis if pairs are given (its post-trained side from
-    ``post_scores``, a file, where given), write the HTML file."""
+    ``post_scores``, a file, where given), write the HTML file. Each folder left out is named in the page's
+    skipped section and told to ``on_skip(path, why)``."""
     output = Path(output)
     _check_output(output)  # before the analysis, which can take a while
     runs, skipped = load_runs(Path(out_root), keep_samples=True)
+    for path, why in skipped:
+        if on_skip:
+            on_skip(path, why)
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot, post_scores=post_scores) if pairs else None
     groups = group_scores([r.results for r in runs], read_groups(Path(out_root)))
-    page = render(runs, skipped, comparison, title=f"softeval report: {Path(out_root)}", groups=groups,
-                  testbed=testbed_section(Path(out_root)))
+    page = render(runs, skipped_rows(Path(out_root), skipped), comparison, title=f"softeval report: {Path(out_root)}",
+                  groups=groups, testbed=testbed_section(Path(out_root)))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")
     return output
 
 
+def skipped_rows(out_root: Path, skipped: list[tuple[Path, str]]) -> list[dict[str, str]]:
+    """The skipped section's rows (templates/skipped.html.j2): each folder, below the output root where it
+    is, and why it was left out."""
+    rows = []
+    for path, why in skipped:
+        try:
+            folder = Path(path).relative_to(out_root).as_posix()
+        except ValueError:
+            folder = str(path)
+        rows.append({"folder": folder, "reason": why})
+    return rows
+
+
 def render(
-    runs: list[Run], skipped: list[tuple[Path, str]], comparison: Comparison | None, title: str,
+    runs: list[Run], skipped: list[dict[str, str]], comparison: Comparison | None, title: str,
     groups: list[GroupScore] | None = None, testbed: dict[str, Any] | None = None,
 ) -> str:
-    """The whole page as a string; ``groups``: lm-eval groups' scores (analysis/groups.py)."""
+    """The whole page as a string; ``skipped``: the folders left out (``skipped_rows``); ``groups``: lm-eval
+    groups' scores (analysis/groups.py)."""
     rank = {m: i for i, m in enumerate(names())}
     runs = sorted(runs, key=lambda r: (r.task, r.model, rank.get(r.method, len(rank)), r.method, r.seed))
     tuned = [label_of(m) for m in tuned_names()]

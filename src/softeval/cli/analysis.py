@@ -92,7 +92,10 @@ def _runs_dir(args: argparse.Namespace) -> Path:
 def cmd_runs(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
     console = table_console(stderr=args.json)  # with --json, stdout carries only the JSON
+    left_out: list[Path] = []
+
     def skipped(path: Path, why: str) -> None:
+        left_out.append(path)
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
 
     if args.rebuild:
@@ -100,9 +103,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if report.damaged_aside:
             console.print(f"kept the damaged index as {report.damaged_aside}", style="yellow", markup=False)
         console.print(f"Rebuilt {out / INDEX_FILE}: {len(report.runs)} runs indexed.", markup=False)
-        for path, why in report.skipped:
-            skipped(path, why)
-    runs = index.list_runs(out, on_skip=skipped)
+    runs = index.list_runs(out, on_skip=skipped)  # names every folder it skips, on every listing
     if args.json:
         print(json.dumps(runs, indent=2))
         return 0
@@ -128,6 +129,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
         table.add_row(*(Text(cell) for cell in cells))  # Text: names are never read as rich markup
     console.print(table)
+    if left_out:
+        console.print(f"{len(left_out)} skipped (not finished, valid runs), named above", style="yellow",
+                      markup=False, highlight=False)
     return 0
 
 
@@ -195,8 +199,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = _runs_dir(args)
     pairs = parse_pairs(args.pair) if args.pair else None
     post_scores = _post_scores(args, pairs or [])
-    path = build_report(out, Path(args.output), pairs, args.metric, args.post_method, args.n_boot, post_scores)
-    Console().print(f"Wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", markup=False, highlight=False)
+    console = table_console()  # a skipped line is one line in a log
+    left_out: list[Path] = []
+
+    def skipped(where: Path, why: str) -> None:
+        left_out.append(where)
+        console.print(f"skipped {where}: {why}", style="yellow", markup=False, highlight=False)
+
+    path = build_report(out, Path(args.output), pairs, args.metric, args.post_method, args.n_boot, post_scores,
+                        on_skip=skipped)
+    said = f"; {len(left_out)} skipped, named above and in its skipped section" if left_out else ""
+    console.print(f"Wrote {path} ({path.stat().st_size / 1024:.0f} KiB{said})", markup=False, highlight=False)
     return 0
 
 

@@ -358,22 +358,32 @@ def scan(out_root: Path, keep_samples: bool = False) -> ScanReport:
     (the report), so that no run's samples.jsonl is read twice."""
     out_root = Path(out_root)
     report = ScanReport()
-    claimed: set[Path] = set()
-    for run_dir in sorted(out_root.glob(RUN_GLOB)):
-        claimed.add(run_dir.parent.parent.parent)
-        if not run_dir.is_dir():
-            report.skipped.append((run_dir, "not a folder"))
+    for run_dir, why in candidates(out_root):
+        if why is not None:
+            report.skipped.append((run_dir, why))
             continue
         try:
             report.runs.append(check_run(out_root, run_dir, keep_samples))
         except RunFormatError as exc:
             report.skipped.append((run_dir, str(exc)))
+    return report
+
+
+def candidates(out_root: Path) -> list[tuple[Path, str | None]]:
+    """What a scan looks at, in its order, by listing folders only (no file is read): each
+    ``<model>/<task>/<method>/seed*`` (None: a folder, for check_run to judge; else why it is no run), then
+    each entry of out_root that holds none (why)."""
+    found: list[tuple[Path, str | None]] = []
+    claimed: set[Path] = set()
+    for run_dir in sorted(out_root.glob(RUN_GLOB)):
+        claimed.add(run_dir.parent.parent.parent)
+        found.append((run_dir, None if run_dir.is_dir() else "not a folder"))
     for entry in sorted(out_root.iterdir()) if out_root.is_dir() else []:
         if entry.name.startswith((INDEX_FILE, ".")) or entry.name in (*SWEEP_FILES, TESTBED_FILE, TESTBED_FOLDER) \
                 or fnmatch(entry.name, TESTBED_SWEEP.format(seed="*")) or entry in claimed:
             continue
-        report.skipped.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
-    return report
+        found.append((entry, "not a run folder (no <model>/<task>/<method>/seed<N> inside)"))
+    return found
 
 
 def _relative(out_root: Path, run_dir: Path) -> str:

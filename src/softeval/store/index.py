@@ -2,7 +2,9 @@
 
 The run folders are the source of truth (docs/reference/run-format.md; read by softeval.store.format); the index
 at `<out>/index.sqlite` is a derived convenience so `softeval runs` can list thousands of runs without
-opening every folder. It can always be rebuilt from the folders. Writers are separate processes
+opening every folder. It can always be rebuilt from the folders. Beside the runs it remembers each folder a
+listing skipped, with the reason, so that every listing names it without reading it again (``skipped``).
+Writers are separate processes
 (parallel runs finishing at the same moment), so the database is in WAL mode, every write is one short
 `BEGIN IMMEDIATE` transaction keyed by the run's path, and a busy timeout makes a second writer wait
 instead of failing.
@@ -32,6 +34,7 @@ from softeval.store.format import (
     Run,
     RunFormatError,
     ScanReport,
+    candidates,
     check_run,
     scan,
     trained_folders,
@@ -43,7 +46,8 @@ from softeval.version import __version__
 BUSY_TIMEOUT_S = 60.0
 # The index's format (its schema and what its columns hold), kept in the database header (SQLite's
 # user_version; 0 in an index written before softeval recorded one). A change of either is a new version.
-INDEX_FORMAT_VERSION = 1
+# 2: the skipped table.
+INDEX_FORMAT_VERSION = 2
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -64,6 +68,12 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at TEXT,
     indexed_at TEXT NOT NULL,
     format_version INTEGER NOT NULL -- the run's results.json format_version (softeval.store.record)
+);
+CREATE TABLE IF NOT EXISTS skipped (
+    path TEXT PRIMARY KEY,          -- a run folder a listing skipped, relative to the output root, '/'-separated
+    reason TEXT NOT NULL,           -- why, as the listing named it
+    stamp TEXT NOT NULL,            -- the folder's and its files' size and mtime when checked (_folder_stamp)
+    checked_by TEXT NOT NULL        -- the softeval version that checked it: another one checks it again
 )
 """
 
@@ -167,7 +177,9 @@ def _schema(conn: sqlite3.Connection, out_root: Path) -> None:
 def _create(conn: sqlite3.Connection) -> None:
     """This version's empty table, in place of what was there (inside the caller's transaction)."""
     conn.execute("DROP TABLE IF EXISTS runs")
-    conn.execute(_SCHEMA)
+    conn.execute("DROP TABLE IF EXISTS skipped")
+    for statement in _SCHEMA.split(";"):
+        conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {INDEX_FORMAT_VERSION}")
 
 
@@ -204,6 +216,8 @@ def rebuild(out_root: Path) -> RebuildReport:
     if why:
         raise UserError(f"cannot rebuild the runs index {out_root / INDEX_FILE}: {out_root} is not writable "
                         f"({why}); `softeval runs {shlex.quote(str(out_root))}` lists its runs without writing")
+    # each folder's stamp taken before its check, so a folder changed meanwhile is checked again next time
+    stamps = {path: _folder_stamp(path) for path, why in candidates(out_root) if why is None}
     found = scan(out_root)
     report = RebuildReport(found.runs, found.skipped)
     try:
@@ -214,6 +228,9 @@ def rebuild(out_root: Path) -> RebuildReport:
         _create(conn)
         for run in report.runs:
             _upsert(conn, run)
+        for path, why in report.skipped:
+            if path in stamps:
+                _remember(conn, _rel(out_root, path), why, stamps[path])
     return report
 
 
@@ -228,29 +245,44 @@ def _move_aside(out_root: Path) -> Path:
 
 
 def list_runs(out_root: Path, on_skip: Callable[[Path, str], None] | None = None) -> list[dict[str, Any]]:
-    """Every indexed run as a dict (metrics parsed); builds the index first if there is none yet, or
-    one of an older format version (``_current``).
+    """Every finished run as a dict (metrics parsed), from the index; builds it first if there is none yet,
+    or one of an older format version (``_current``). ``on_skip(path, why)`` is told of every folder left out,
+    on every listing.
 
     The index may be stale: a run whose results.json or samples.jsonl changed since it was indexed
-    (size or mtime) is checked again, and dropped when it no longer passes (``on_skip(path, why)``
-    is told); a run whose folder is gone is dropped too. Listing costs one stat per file, not a read.
+    (size or mtime) is checked again, and dropped when it no longer passes; a run whose folder is gone is
+    dropped too. Every other folder a scan would look at (format.candidates: listed, not read) is named as
+    skipped: a damaged one with the reason the index remembers for it (the ``skipped`` table), checked again
+    only when it changed (``_folder_stamp``); a new one is checked, and listed (and indexed) when it is a
+    finished run. Listing costs a listing of each folder and a stat per file, not a read.
     A folder this process cannot write (an archive, a read-only mount) is listed without writing: from
     its index opened read-only, or from its run folders when it has no usable index.
     """
     out_root = Path(out_root)
     if out_root.is_dir() and write_refusal(out_root):
-        return _fresh(out_root, _read_only_rows(out_root, on_skip), on_skip, writable=False)
+        held = _read_only_index(out_root)
+        if held is None:  # no usable index: the folders are the truth, read as a scan reads them
+            found = scan(out_root)
+            for path, why in found.skipped:
+                if on_skip:
+                    on_skip(path, why)
+            return _sorted([_listed(out_root, _row(run)) for run in found.runs])
+        return _listing(out_root, *held, on_skip, writable=False)
     conn = _current(out_root)
     if conn is None:
-        for path, why in rebuild(out_root).skipped:
-            if on_skip:
-                on_skip(path, why)
+        rebuild(out_root)
         conn = connect(out_root)
     try:
-        rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
+        rows = [dict(row) for row in conn.execute(f"SELECT * FROM runs {_ORDER}")]
+        remembered = {row["path"]: (row["reason"], row["stamp"], row["checked_by"])
+                      for row in conn.execute("SELECT * FROM skipped")}
     finally:
         conn.close()
-    return _fresh(out_root, [dict(row) for row in rows], on_skip, writable=True)
+    return _listing(out_root, rows, remembered, on_skip, writable=True)
+
+
+_ORDER = "ORDER BY task, model, method, seed"
+Remembered = dict[str, tuple[str, str, str]]  # skipped folder (relative) -> (reason, stamp, checked_by)
 
 
 def _current(out_root: Path) -> sqlite3.Connection | None:
@@ -269,54 +301,135 @@ def _current(out_root: Path) -> sqlite3.Connection | None:
         raise
 
 
-def _read_only_rows(out_root: Path, on_skip) -> list[dict[str, Any]]:
-    """The index's rows, opened read-only (``immutable``: SQLite then needs no -wal or -shm file
-    beside it); without a usable index, the rows the run folders give."""
-    if not _unbuilt(out_root):
-        try:
-            uri = f"{(out_root / INDEX_FILE).absolute().as_uri()}?mode=ro&immutable=1"
-            with closing(sqlite3.connect(uri, uri=True)) as conn:
-                conn.row_factory = sqlite3.Row
-                if _version(conn)[0] == INDEX_FORMAT_VERSION:  # one of another version is never read
-                    rows = conn.execute("SELECT * FROM runs ORDER BY task, model, method, seed").fetchall()
-                    return [dict(row) for row in rows]
-        except sqlite3.Error:
-            pass  # damaged: it cannot be rebuilt here, the folders are the truth
-    found = scan(out_root)
-    for path, why in found.skipped:
+def _read_only_index(out_root: Path) -> tuple[list[dict[str, Any]], Remembered] | None:
+    """The index's rows and remembered skips, opened read-only (``immutable``: SQLite then needs no -wal
+    or -shm file beside it); None without a usable index (none, damaged, of another version)."""
+    if _unbuilt(out_root):
+        return None
+    try:
+        uri = f"{(out_root / INDEX_FILE).absolute().as_uri()}?mode=ro&immutable=1"
+        with closing(sqlite3.connect(uri, uri=True)) as conn:
+            conn.row_factory = sqlite3.Row
+            if _version(conn)[0] != INDEX_FORMAT_VERSION:  # one of another version is never read
+                return None
+            rows = [dict(row) for row in conn.execute(f"SELECT * FROM runs {_ORDER}")]
+            remembered = {row["path"]: (row["reason"], row["stamp"], row["checked_by"])
+                          for row in conn.execute("SELECT * FROM skipped")}
+            return rows, remembered
+    except sqlite3.Error:
+        return None  # damaged: it cannot be rebuilt here, the folders are the truth
+
+
+def _listing(out_root: Path, rows: list[dict[str, Any]], remembered: Remembered, on_skip,
+             writable: bool) -> list[dict[str, Any]]:
+    """The runs as listed: the index's rows checked where stale (``_fresh``), every other folder a scan
+    looks at named as skipped (``on_skip``) or, a finished run the index lacks, listed; where the folder
+    is writable, the index told what changed."""
+    runs, changed, dropped = _fresh(out_root, rows)
+    listed = {item["path"] for item in runs}
+    found: list[Run] = []
+    skipped: list[tuple[Path, str]] = []
+    checked: dict[str, tuple[str, str]] = {}  # relative path -> (reason, stamp): the skips to remember
+    for path, why in candidates(out_root):
+        if why is None:
+            rel = _rel(out_root, path)
+            if rel in listed:
+                continue
+            stamp = _folder_stamp(path)
+            known = (*dropped[rel][1:], __version__) if rel in dropped else remembered.get(rel)
+            judged = _judge(out_root, path, stamp, known)
+            if isinstance(judged, Run):  # finished, but not in the index (a run that could not reach it, a copy)
+                if judged.rel not in listed:
+                    found.append(judged)
+                    listed.add(judged.rel)
+                continue
+            why = judged
+            checked[rel] = (why, stamp)
+        skipped.append((path, why))
+    # an indexed run dropped whose folder is no candidate any more (gone): named once, then forgotten
+    skipped += [(path, why) for rel, (path, why, _) in dropped.items() if rel not in checked]
+    if writable:
+        _update(out_root, changed + found, dropped, checked, remembered)
+    for path, why in skipped:
         if on_skip:
             on_skip(path, why)
-    rows = [_row(run) for run in found.runs]
-    return sorted(rows, key=lambda r: (r["task"], r["model"], r["method"], r["seed"]))
+    runs += [_listed(out_root, _row(run)) for run in found]
+    return _sorted(runs) if found else runs
 
 
-def _fresh(out_root: Path, rows: list[dict[str, Any]], on_skip, writable: bool) -> list[dict[str, Any]]:
-    """The rows as listed: stale ones checked again (and, where the folder is writable, the index told)."""
-    runs, changed, gone = [], [], []
+def _judge(out_root: Path, path: Path, stamp: str, known: tuple[str, str, str] | None) -> Run | str:
+    """A folder the index does not list: why it is skipped, as remembered (``known``: reason, stamp, checked_by)
+    where it has not changed since, else as its check says now; or the finished run it is."""
+    if known is not None and known[1:] == (stamp, __version__):
+        return known[0]
+    try:
+        return check_run(out_root, path)
+    except RunFormatError as exc:
+        return str(exc)
+
+
+def _update(out_root: Path, upsert: list[Run], dropped: dict[str, tuple[Path, str, str]],
+            checked: dict[str, tuple[str, str]], remembered: Remembered) -> None:
+    """Tell the index what a listing found: runs checked again or found, runs dropped, and the skipped
+    folders (those remembered no longer skipped forgotten); nothing is written when nothing changed."""
+    remember = {rel: said for rel, said in checked.items()
+                if remembered.get(rel) != (*said, __version__)}
+    forget = [rel for rel in remembered if rel not in checked]
+    if not (upsert or dropped or remember or forget):
+        return
+    with _writing(out_root) as conn:
+        for run in upsert:
+            _upsert(conn, run)
+        for rel in dropped:
+            conn.execute("DELETE FROM runs WHERE path = ?", (rel,))
+        for rel, (why, stamp) in remember.items():
+            _remember(conn, rel, why, stamp)
+        for rel in forget:
+            conn.execute("DELETE FROM skipped WHERE path = ?", (rel,))
+
+
+def _fresh(out_root: Path, rows: list[dict[str, Any]]
+           ) -> tuple[list[dict[str, Any]], list[Run], dict[str, tuple[Path, str, str]]]:
+    """The rows as listed, the runs among them checked again (their files changed), and those dropped
+    (relative path -> (folder, why, its stamp taken before the check))."""
+    runs, changed, dropped = [], [], {}
     for item in rows:
         run_dir = out_root / item["path"]
         # a row of a run of another results format is checked again (and so dropped): never misread
         if item["stamp"] != _stamp(run_dir) or item["format_version"] != RESULTS_FORMAT_VERSION:
+            stamp = _folder_stamp(run_dir)
             try:
                 run = check_run(out_root, run_dir)
             except RunFormatError as exc:
-                gone.append(item["path"])
-                if on_skip:
-                    on_skip(run_dir, str(exc))
+                dropped[item["path"]] = (run_dir, str(exc), stamp)
                 continue
             changed.append(run)
             item = {**item, **_row(run)}
-        item["metrics"] = json.loads(item.pop("metrics_json"))
-        item["run_dir"] = str(run_dir)
-        del item["stamp"], item["format_version"]
-        runs.append(item)
-    if writable and (changed or gone):
-        with _writing(out_root) as conn:
-            for run in changed:
-                _upsert(conn, run)
-            for path in gone:
-                conn.execute("DELETE FROM runs WHERE path = ?", (path,))
-    return runs
+        runs.append(_listed(out_root, item))
+    return runs, changed, dropped
+
+
+def _listed(out_root: Path, item: dict[str, Any]) -> dict[str, Any]:
+    """An index row as a listing gives it: metrics parsed, the folder's path, no bookkeeping."""
+    item = dict(item)
+    item["metrics"] = json.loads(item.pop("metrics_json"))
+    item["run_dir"] = str(out_root / item["path"])
+    del item["stamp"], item["format_version"]
+    return item
+
+
+def _sorted(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(runs, key=lambda r: (r["task"], r["model"], r["method"], r["seed"]))
+
+
+def _rel(out_root: Path, path: Path) -> str:
+    """A folder found under ``out_root`` (by format.candidates), as the skipped table keys it."""
+    return path.relative_to(out_root).as_posix()
+
+
+def _remember(conn: sqlite3.Connection, rel: str, why: str, stamp: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO skipped (path, reason, stamp, checked_by) VALUES (?, ?, ?, ?)",
+                 (rel, why, stamp, __version__))
 
 
 def _unbuilt(out_root: Path) -> bool:
@@ -342,6 +455,23 @@ def _stamp(run_dir: Path) -> str | None:
         except OSError:
             parts.append(None)
     return ";".join("-" if st is None else f"{st.st_size}:{st.st_mtime_ns}" for st in parts)
+
+
+def _folder_stamp(run_dir: Path) -> str:
+    """What a skipped folder's check reads, as stat gives it (size and mtime, '-' where missing): the folder
+    itself (a file added, removed or renamed in it), its results.json and samples.jsonl, and each trained
+    part's weights (format.trained_folders). Equal stamps: the check would say the same again."""
+    paths = [run_dir, run_dir / RESULTS_FILE, run_dir / SAMPLES_FILE,
+             *(run_dir / folder / ADAPTER_WEIGHTS for folder in trained_folders())]
+    parts = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append("-")
+            continue
+        parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+    return ";".join(parts)
 
 
 def _row(run: Run) -> dict[str, Any]:
