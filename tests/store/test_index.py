@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from runfactory import Extras, outcomes, write_run
 
 from softeval.store import index
-from softeval.store.format import INDEX_FILE, RunFormatError
+from softeval.store.format import INDEX_FILE, RunFormatError, scan
 
 WRITES_PER_PROCESS = 15
 
@@ -251,3 +254,37 @@ def test_a_read_only_root_names_its_skipped_folders_from_the_index(tmp_path, mon
     assert _listing(tmp_path) == first
     (tmp_path / INDEX_FILE).unlink()  # no index: the folders, read as a scan reads them
     assert _listing(tmp_path) == first
+
+
+SLOTS = ("model-a", "model-b")
+STEPS = ("good", "edited", "truncated", "unfinished", "partial", "removed")
+
+
+def _put(out: Path, model: str, step: str) -> None:
+    """The slot's folders as ``step`` leaves them: a finished run, one damaged a way, a run in progress, none."""
+    for folder in (out / model).glob("mmlu/zero-shot/seed0*"):
+        shutil.rmtree(folder)
+    if step == "removed":
+        return
+    run = write_run(out, model, "mmlu", "zero-shot", outcomes(6, 0.5), extras=Extras(partial=step == "partial"))
+    if step in DAMAGE:
+        DAMAGE[step][0](run)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(SLOTS), st.sampled_from(STEPS)), min_size=1, max_size=6))
+def test_every_listing_agrees_with_a_scan_of_the_folders(tmp_path_factory, steps):
+    """Whatever happened to the folders since the index was built, a listing lists the runs a scan finds and
+    names the folders it skips, with the same reasons (besides an indexed run whose folder is gone: named once)."""
+    out = tmp_path_factory.mktemp("runs")
+    index.list_runs(out)
+    for when, (model, step) in enumerate(steps, 1):
+        _put(out, model, step)
+        for path in (out / model).rglob("*"):  # each step a second after the last: a stamp sees what it changed
+            os.utime(path, ns=(when * 10**9, when * 10**9))
+        seen: list[tuple[Path, str]] = []
+        listed = index.list_runs(out, on_skip=lambda p, why: seen.append((p, why)))
+        found = scan(out)
+        assert [r["path"] for r in listed] == [r.rel for r in found.runs]
+        assert [s for s in seen if s[0].exists()] == found.skipped
+        assert all(why == "no results.json" for p, why in seen if not p.exists())
