@@ -19,7 +19,7 @@ from rich.text import Text
 from softeval.cli import analysis, schema, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options, given_options, option_group
-from softeval.consoles import progress_bar, table_console
+from softeval.consoles import message_console, progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
 from softeval.lm.presets import PRESETS, preset_installed
@@ -262,7 +262,8 @@ def _lm_eval_tasks(args) -> int:
 
     rows = listing(args.lm_eval, args.include_path)
     for path, reason in unreadable(args.include_path):  # lm-eval's index skips them: said, the rest listed
-        print_error(f"warning: lm-eval cannot read {path}, skipped ({reason})")
+        message_console().print(f"warning: lm-eval cannot read {path}, skipped ({reason})", style="yellow",
+                                markup=False, highlight=False)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
