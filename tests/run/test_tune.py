@@ -163,20 +163,21 @@ def _seen(curve: list[dict]) -> list[tuple]:
     return [(p["step"], p["loss"], p["format_rate"], p["accuracy"], p.get("held_out_loss")) for p in curve]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, KeyboardInterrupt),
+                                         (signal.SIGTERM, SystemExit)])  # SystemExit: a Ray worker's handler
 @pytest.mark.parametrize("at_call", [2, 5])  # step 2's backward; step 5's (after the curve point of step 3)
 def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(lm, tmp_path, monkeypatch, sig,
-                                                                                at_call, capfd):
+                                                                                raised, at_call, capfd):
     """A real SIGINT or SIGTERM in the middle of a step's backward is held: the step finishes, is checkpointed, and
     tuning stops with the signal's own exception (KeyboardInterrupt; the command line's Terminated for SIGTERM).
     The checkpoint's step is the steps done (none lost) and the resumed run is bit-identical to an uninterrupted
     one."""
 
-    class Stopped(KeyboardInterrupt):
+    class Stopped(raised):
         pass
 
     def stop(signum, frame):
-        raise Stopped  # stands in for the command line's SIGTERM handler (softeval.cli.app)
+        raise Stopped  # stands in for the command line's SIGTERM handler (softeval.cli.app), or a Ray worker's
 
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
@@ -195,7 +196,7 @@ def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(
     try:
         with monkeypatch.context() as patched:
             patched.setattr(tuning_loss, "target_loss_backward", signalled)
-            with pytest.raises(Stopped if sig == signal.SIGTERM else KeyboardInterrupt):
+            with pytest.raises(Stopped if sig == signal.SIGTERM else KeyboardInterrupt):  # the handler's own
                 tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
         assert signal.getsignal(signal.SIGTERM) is stop  # the handlers before are put back
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

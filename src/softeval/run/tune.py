@@ -442,12 +442,15 @@ class _Loop:
             raise
         if point is None:
             return
+        to_score = self.curve_step(point["step"]) and bool(self.curve_items)
+        if held.held is not None:  # held through the update: the step kept (its curve point left to score), then out
+            self.keep_on_stop(self.curve + [point], to_score)
+            held.raise_held()  # whatever the handler raises (a worker's may exit)
         updated = ckpt.rng_states()  # where a point left to score resumes from
         try:
-            held.raise_held()
             self.at_curve_point(point)
         except KeyboardInterrupt:
-            pending = self.curve_step(point["step"]) and bool(self.curve_items) and point["format_rate"] is None
+            pending = to_score and point["format_rate"] is None
             if pending:
                 ckpt.set_rng_states(updated)
             self.keep_on_stop(self.curve + [point], pending)
