@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from softeval.consoles import LOG_EVERY
 from softeval.store.format import folder_name
 
 STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "elsewhere": "yellow",
@@ -77,12 +78,15 @@ def print_plan(console: Console, sweep, states, cluster_gpus: float | None = Non
 
 
 class SweepView:
-    """Live table on a terminal, one line per change elsewhere; ``on_event`` sees every change."""
+    """Live table on a terminal, one line per change elsewhere, and there also the counts at least every
+    LOG_EVERY seconds while jobs run (a job can run for many minutes); ``on_event`` sees every change."""
 
-    def __init__(self, console: Console, states, on_event=None) -> None:
+    def __init__(self, console: Console, states, on_event=None, clock=time.monotonic) -> None:
         self.console, self.states, self.on_event = console, states, on_event
         self.live: Live | None = None
         self.started = time.time()
+        self.clock = clock
+        self.said = clock()  # when the last line was printed (off a terminal)
 
     def __enter__(self):
         if self.console.is_terminal:
@@ -95,10 +99,13 @@ class SweepView:
             self.live.__exit__(*exc)
             self.live = None
 
-    def _render(self):
+    def _counts(self) -> str:
         counts = Counter(s.state for s in self.states)
-        head = Text(f"sweep: {time.time() - self.started:.0f}s, " + ", ".join(
-            f"{counts[k]} {k}" for k in ("running", "queued", *SUMMED) if counts[k]))
+        return f"sweep: {time.time() - self.started:.0f}s, " + ", ".join(
+            f"{counts[k]} {k}" for k in ("running", "queued", *SUMMED) if counts[k])
+
+    def _render(self):
+        head = Text(self._counts())
         rows = self.console.size.height - 8
         active = [s for s in self.states if s.state in ("running", "failed")]
         active += [s for s in self.states if s.state == "queued"][:max(0, rows - len(active))]
@@ -107,10 +114,16 @@ class SweepView:
     def refresh(self) -> None:
         if self.live is not None:
             self.live.update(self._render())
+        elif self.clock() - self.said >= LOG_EVERY:
+            self._say(self._counts())
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False)
+        self.said = self.clock()
 
     def _event(self, kind: str, state, info: dict | None, line: str) -> None:
         if self.live is None:
-            self.console.print(line, markup=False, highlight=False)
+            self._say(line)
         else:
             self.live.update(self._render())
         if self.on_event is not None:
