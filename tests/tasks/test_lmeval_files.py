@@ -6,6 +6,7 @@ before its top level runs; a module that is not there, and a YAML lm-eval cannot
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,19 @@ def test_tasks_refuses_a_missing_include_path_as_run_does(tmp_path, capsys):
         assert "no such folder" in capsys.readouterr().err
     assert main(["tasks", "--include-path", str(tmp_path)]) == 2
     assert "--lm-eval" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "allowed"), [("lm_eval.tasks.noreval.noridiom.utils.filter_dataset_nn", True),
+                                               ("json.dumps", False), ("math.sqrt", False)])
+def test_an_installed_module_is_found_without_importing_it_and_allowed_from_lm_evals_tasks_only(tmp_path, name,
+                                                                                                allowed):
+    from softeval.tasks.lmeval_bridge import function_module
+
+    yaml_path = tmp_path / "t.yaml"
+    before = set(sys.modules)
+    if allowed:
+        assert function_module(name, yaml_path, None).parts[-4:] == ("tasks", "noreval", "noridiom", "utils.py")
+    else:
+        with pytest.raises(UserError, match="lies outside lm-eval's own tasks|no module"):
+            function_module(name, yaml_path, None)
+    assert not {m for m in set(sys.modules) - before if "noreval" in m}  # nothing of it imported

@@ -230,26 +230,30 @@ def function_module(name: str, yaml_path: Path, include_path: str | None) -> Pat
                         f"{module.replace('.', '/')}.py beside the YAML")
     users, own = _roots(include_path)
     if not _within(found, (*users, own)):
-        where = f"--include-path {include_path}" if include_path is not None else "no --include-path"
-        raise UserError(f"{said}: its module {found} lies outside {where} and lm-eval's own tasks, and softeval "
-                        "runs a task's helper code from those folders only: move it into the include folder, or "
-                        "give a folder that holds it as --include-path")
+        where = f"--include-path {include_path} and " if include_path is not None else ""
+        raise UserError(f"{said}: its module {found} lies outside {where}lm-eval's own tasks, and softeval runs a "
+                        "task's helper code from those folders only: move it into the include folder, or give a "
+                        "folder that holds it as --include-path")
     return found
 
 
 def _installed(module: str) -> Path | None:
-    """The source file of installed module ``module`` (``a.b.c``), found by the import system's path finder
-    without importing it or its packages (their ``__init__`` does not run); None where there is none."""
+    """The source file of installed module ``module`` (``a.b.c``), found as the import system finds it (a package's
+    ``__init__.py`` before a module file, the first folder on the path first) without importing it or its packages
+    (their ``__init__`` does not run); None where there is no such Python source."""
     parts = module.split(".")
     if not all(part.isidentifier() for part in parts):
         return None
-    spec, search = None, None
-    for depth in range(1, len(parts) + 1):
-        spec = PathFinder.find_spec(".".join(parts[:depth]), search)
-        if spec is None or (depth < len(parts) and spec.submodule_search_locations is None):
+    spec = PathFinder.find_spec(parts[0])
+    if spec is None:
+        return None
+    origin, search = spec.origin, list(spec.submodule_search_locations or [])
+    for part in parts[1:]:
+        origin = next((str(p) for folder in search for p in (Path(folder, part, "__init__.py"),
+                                                               Path(folder, f"{part}.py")) if p.is_file()), None)
+        search = [str(Path(folder, part)) for folder in search if Path(folder, part).is_dir()]
+        if origin is None and not search:
             return None
-        search = spec.submodule_search_locations
-    origin = spec.origin if spec is not None else None
     return Path(origin).resolve() if origin and Path(origin).is_file() else None
 
 
