@@ -54,6 +54,10 @@ def test_a_gigabyte_string_is_refused_before_it_is_built(tmp_path):
     "{% macro m(n) %}{% set s = 'x' * 1000000 %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
     "{{ ('x' * 1000000).translate({120: 'y' * 1000}) }}", "{{ ('x\n' * 500000)|indent('y' * 1000) }}",
     "{{ [1, 2]|slice(1000000000)|list }}", "{{ ('{0}' * 100000).format('y' * 1000) }}",
+    "{% set big = 'x' * 1000000 %}{% set s %}{% for i in range(100000) %}{{ big }}{% endfor %}{% endset %}",
+    "{% set big = 'x' * 1000000 %}{% macro m() %}{% for i in range(100000) %}{{ big }}{% endfor %}{% endmacro %}"
+    "{{ m() }}",
+    "{% set big = 'x' * 1000000 %}{{ [" + "big, " * 1000 + "]|string|length }}",
 ])
 def test_each_way_to_build_a_huge_value_is_refused(template):
     with pytest.raises(RenderBound, match="the bound"):

@@ -184,6 +184,8 @@ def _guarded_filter(name: str, function):
     def guarded(*args, **kwargs):
         _tick()
         values = [a for a in args if not _is_context(a)]
+        if values:  # a value that writes out bigger than the bound (a list of one string many times): not at all
+            _refuse(f"the {name} filter's value", weight(values[0]))
         if name in ("center", "indent") and values:
             width = values[1] if len(values) > 1 else kwargs.get("width", 80 if name == "center" else 4)
             _check_width(f"the {name} filter", values[0], width, per_line=name == "indent")
@@ -279,6 +281,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def _generate(self, source, name, filename, defer_init=False):  # noqa: ANN001 (jinja's hook, as it declares it)
         return super()._generate(_Instrument().visit(source), name, filename, defer_init=defer_init)
+
+    @staticmethod
+    def concat(pieces) -> str:  # noqa: ANN001 (jinja joins a macro's, a {% set %} block's or a loop's output with it)
+        pieces = list(pieces)
+        _refuse("a block's output", sum(len(str(p)) for p in pieces))
+        return _counted("".join(pieces))
 
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:  # noqa: ANN001
         _tick()
