@@ -221,3 +221,21 @@ def test_an_installed_module_is_found_without_importing_it_and_allowed_from_lm_e
         with pytest.raises(UserError, match="lies outside lm-eval's own tasks|no module"):
             function_module(name, yaml_path, None)
     assert not {m for m in set(sys.modules) - before if "noreval" in m}  # nothing of it imported
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda root: _replace(root / "base" / "_base.yaml", "!function utils.fn", "!function utils.nofn"),
+     "has no function 'nofn'"),
+    (lambda root: _replace(root / "base" / "utils.py", "def fn", "raise RuntimeError('boom')\n\n\ndef fn"),
+     "RuntimeError: boom"),
+])
+def test_a_helper_module_that_fails_as_lm_eval_imports_it_is_one_line(tmp_path, edit, said):
+    root = layout(tmp_path / "lay")
+    edit(root)
+    with pytest.raises(UserError, match=f"lm-eval could not read .*mytask.yaml: .*{said}") as err:
+        get_task("lm-eval:mytask", str(root)).splits("offline")
+    assert "\n" not in str(err.value)
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new))
