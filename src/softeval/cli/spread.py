@@ -1,0 +1,31 @@
+"""The spread of each method across prompt variants as `softeval run --prompt-variants` and `softeval compare`
+print it (analysis/spread.py computes it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from softeval.analysis.spread import Spread, SpreadTest
+
+
+def print_spread(console: Console, found: list[Spread], tests: list[SpreadTest]) -> None:
+    """The spread of each method across prompt variants (analysis/spread.py), and what its tests show."""
+    if not found:
+        return
+    table = Table(title=f"across prompt variants {', '.join(map(str, found[0].variants))}: mean [min, max] (std)")
+    for column in ("model", "task", "method", "seed", "accuracy", "format"):
+        table.add_column(column, no_wrap=column != "model")
+    for s in found:
+        cells = [f"{m.mean:.3f} [{m.low:.2f}, {m.high:.2f}]" + (f" ({m.std:.3f})" if m.std is not None else "")
+                 for m in (s.accuracy, s.format_rate)]
+        table.add_row(s.model, s.task, s.method, str(s.seed), *cells)
+    console.print(table)
+    for test in tests:
+        line = Text(f"spread, {test.method} vs {test.baseline}: ", style="bold")
+        line.append(test.sentence + ".")
+        console.print(line)

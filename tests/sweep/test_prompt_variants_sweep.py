@@ -1,0 +1,47 @@
+"""A sweep file's ``prompt_variants: K`` (tasks/variants.py): every method of that level under variants 0 to K-1, each
+its own job and folder; ``prompt_variant: N`` picks one; both at one level, or a K out of range, is refused in one
+line; an lm-eval task keeps its own prompt, scored under variant 0 only, and the sweep says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from softeval.errors import UserError
+from softeval.sweep.file import parse_sweep
+
+BASE = {"models": ["smollm2-135m-instruct"], "methods": ["zero-shot", "few-shot"], "limit": 3, "device": "cpu"}
+
+
+def jobs(tmp_path, **spec):
+    sweep = parse_sweep({"out": str(tmp_path / "runs"), **BASE, **spec}, tmp_path / "s.yaml")
+    return sorted((j.config.task, j.method, j.config.prompt_variant) for j in sweep.jobs), sweep
+
+
+def test_prompt_variants_runs_every_method_under_each_variant_and_a_lower_level_picks_its_own(tmp_path):
+    found, _ = jobs(tmp_path, tasks=["arc_easy", {"name": "mmlu", "prompt_variant": 2}], prompt_variants=3)
+    assert found == sorted([("arc_easy", m, v) for m in ("zero-shot", "few-shot") for v in range(3)]
+                           + [("mmlu", m, 2) for m in ("zero-shot", "few-shot")])
+
+
+def test_one_prompt_variant(tmp_path):
+    found, _ = jobs(tmp_path, tasks=[{"name": "arc_easy", "prompt_variant": 4}])
+    assert found == [("arc_easy", "few-shot", 4), ("arc_easy", "zero-shot", 4)]
+
+
+def test_both_keys_at_once_are_refused(tmp_path):
+    with pytest.raises(UserError, match=r"task arc_easy: 'prompt_variants: 2' runs variants 0 to 1: leave out "
+                                        r"'prompt_variant: 3'"):
+        jobs(tmp_path, tasks=["arc_easy"], prompt_variants=2, prompt_variant=3)
+
+
+@pytest.mark.parametrize("bad", [0, 65, "3", 2.5, True])
+def test_a_count_out_of_range_is_refused(tmp_path, bad):
+    with pytest.raises(UserError, match="prompt_variants"):
+        jobs(tmp_path, tasks=["arc_easy"], prompt_variants=bad)
+
+
+def test_an_lm_eval_task_is_scored_under_its_own_prompt_only_and_the_sweep_says_so(tmp_path, capsys):
+    pytest.importorskip("lm_eval")
+    found, _ = jobs(tmp_path, tasks=["lm-eval:arc_easy"], prompt_variants=3)
+    assert {v for _, _, v in found} == {0}
+    assert "keeps lm-eval's prompt, so it is scored under variant 0 only" in capsys.readouterr().err
