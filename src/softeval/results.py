@@ -46,7 +46,8 @@ PANDAS_EXTRA = "pip install 'softeval[pandas]'"
 
 # load_runs' columns before the metrics (those of the run's folder and results.json) and after them (its
 # answers, format failures, timing, then its identity: IDENTITY_PREFIX + each option of it).
-RUN_COLUMNS = ("model", "model_kind", "model_kind_source", "task", "method", "seed", "n", "series", "step")
+RUN_COLUMNS = ("model", "model_kind", "model_kind_source", "task", "method", "seed", "prompt_variant", "n", "series",
+               "step")
 METRIC_SUFFIXES = ("", "_low", "_high", "_n")  # accuracy, accuracy_low, accuracy_high, accuracy_n
 EVERY_RUN_METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy")  # columns even with no run
 TAIL_COLUMNS = ("top_answer", "format_failed", "hit_max_new_tokens", "truncated_prompts", "unscorable",
@@ -59,6 +60,11 @@ CAUSE_PREFIX = "cause_"
 SAMPLE_COLUMNS = ("id", "output", "strict", "lenient", "gold", "correct", "lenient_correct", "format_ok", "cause",
                   "hit_max_new_tokens", "prompt")
 SAMPLE_RUN_COLUMNS = ("model", "task", "method", "seed", "path")
+# compare's spread tables (analysis/spread.py: Spread.row, SpreadTest.row)
+SPREAD_COLUMNS = ("model", "task", "method", "seed", "variants", "k", "n",
+                  *(f"{m}_{s}" for m in ("accuracy", "format_rate") for s in ("mean", "min", "max", "std", "values")))
+SPREAD_TEST_COLUMNS = ("model", "task", "seed", "method", "baseline", "k", "n", "std", "baseline_std", "difference",
+                       "low", "high", "p", "shown", "sentence")
 
 
 class SkippedRunWarning(UserWarning):
@@ -89,8 +95,9 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
     """One row per finished run under ``root`` (an output root, ``softeval run --out``), ordered by task, model,
     method (zero-shot, few-shot, soft-prompt, lora: the registry's order) and seed. Columns:
 
-    - ``model``, ``model_kind`` (base, post-trained), ``model_kind_source``, ``task``, ``method``, ``seed``, ``n``
-      (scored items), ``series`` and ``step`` (a checkpoint of a series; else None): results.json's;
+    - ``model``, ``model_kind`` (base, post-trained), ``model_kind_source``, ``task``, ``method``, ``seed``,
+      ``prompt_variant`` (0: the task's own prompt; docs/guide/prompt-variants.md), ``n`` (scored items), ``series``
+      and ``step`` (a checkpoint of a series; else None): results.json's;
     - each metric (accuracy, format_rate, knowledge_accuracy, lenient_accuracy, f1, ... as the runs have them;
       protocol.METRICS first) as four columns: ``<metric>`` (the value), ``<metric>_low`` and ``<metric>_high``
       (its 95% interval: Wilson's, a mean's for f1) and ``<metric>_n`` (the items it is over: for
@@ -136,7 +143,8 @@ def _run_row(run: Run) -> dict[str, Any]:
     failures = r.get("format_failures") or {}
     identity = identity_of(r.get("config") or {})
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-    flat = {**{c: r.get(c) for c in RUN_COLUMNS}, "top_answer": top_answer(r), "format_failed": failures.get("failed"),
+    flat = {**{c: r.get(c) for c in RUN_COLUMNS}, "prompt_variant": run.variant, "top_answer": top_answer(r),
+            "format_failed": failures.get("failed"),
             "hit_max_new_tokens": failures.get("hit_max_new_tokens"), "truncated_prompts": r.get("truncated_prompts"),
             "unscorable": r.get("unscorable"), "finished_at": r.get("finished_at"),
             "wall_seconds": r.get("wall_seconds"), "softeval_version": r.get("softeval_version"),
@@ -198,7 +206,11 @@ class Compared:
     (record["lm_eval_groups"]), ``ranking`` and ``ranking_mean`` (record["results"] and record["average"]: Kendall
     tau and Spearman rho per task and base method, with intervals; None without pairs) and ``skipped``
     (record["skipped_folders"], each also told as a SkippedRunWarning). The ranking's best method, notes and what it
-    left out are record["best_method"], record["notes"] and record["skipped"]."""
+    left out are record["best_method"], record["notes"] and record["skipped"]. ``spread`` (record["spread"]): per
+    model, task, method and seed scored under two or more prompt variants, accuracy and format_rate across them
+    (``<metric>_mean``, ``_min``, ``_max``, ``_std``, ``_values``); ``spread_tests`` (record["spread_tests"]): the
+    treatment's standard deviation across variants against each other method's, with its bootstrap interval and the
+    sentence that says what it shows (analysis/spread.py)."""
 
     record: dict[str, Any]
     paired_tests: pd.DataFrame
@@ -206,6 +218,8 @@ class Compared:
     ranking: pd.DataFrame | None
     ranking_mean: pd.DataFrame | None
     skipped: list[dict[str, str]]
+    spread: pd.DataFrame | None = None
+    spread_tests: pd.DataFrame | None = None
 
 
 def compare(root: str | os.PathLike, pairs: Sequence[tuple[str, str] | str] | Mapping[str, str] = (),
@@ -234,4 +248,5 @@ def compare(root: str | os.PathLike, pairs: Sequence[tuple[str, str] | str] | Ma
                     table("lm_eval_groups", [f.name for f in fields(GroupScore)]),
                     table("results", ranking_cols) if ranked else None,
                     table("average", ranking_cols) if ranked else None,
-                    _name_skipped((Path(s["path"]), s["reason"]) for s in record["skipped_folders"]))
+                    _name_skipped((Path(s["path"]), s["reason"]) for s in record["skipped_folders"]),
+                    table("spread", list(SPREAD_COLUMNS)), table("spread_tests", list(SPREAD_TEST_COLUMNS)))

@@ -151,3 +151,23 @@ def test_every_enumeration_is_lettered_in_its_case():
     for enumeration in ENUMERATIONS:
         fmt = PromptFormat(enumeration=enumeration)
         assert fmt.label("C").strip(" .()") == ("c" if fmt.lower_labels else "C")
+
+
+def test_a_task_file_has_variants_too():
+    """A task file's prompt lines that start with a field name are restyled; its own answer_regex reads the target."""
+    from pathlib import Path
+
+    from softeval.tasks import get_task
+
+    task = get_task(str(Path(__file__).parents[2] / "examples" / "capitals" / "capitals.yaml"))
+    example = task.splits().eval[0]
+    assert count(task) > 8
+    prompts = set()
+    for variant in range(1, 9):
+        shown = variant_task(task, variant)
+        prompt = shown.render(example)
+        prompts.add(full_prompt(shown, example))
+        assert example.fields["country"] in prompt
+        assert shown.strict(shown.target(example), example) is not None
+        assert prompt.endswith(shown.cue) and shown.cue != task.cue
+    assert len(prompts) == 8

@@ -41,6 +41,15 @@ def test_the_quick_testbed_writes_its_models_runs_sweep_file_and_summary(quick):
         assert (out / f"w0-{recipe.name}-post" / "testbed-qa-w0.yaml" / "zero-shot" / "seed0").is_dir()
     assert (out / TESTBED_SWEEP.format(seed=0)).is_file()
     assert "Testbed: a world with known answers" in (out / REPORT_FILE).read_text()
+    # each base model scored under 2 prompt variants (quick): the rankings' stability across them, per method
+    variants = data["prompt_variants"]
+    assert variants["k"] == 2 and list(variants["methods"]) == list(names())
+    for cell in variants["methods"].values():
+        assert cell["stability_pairs"] == 1 and len(cell["tau_post_per_variant"]) == 2
+        assert cell["stability"] is None or -1 <= cell["stability"] <= 1
+    for method in names():
+        assert (out / f"w0-{QUICK[0].name}" / "testbed-qa-w0.yaml@v1" / method / "seed0" / "results.json").is_file()
+    assert "Rankings across 2 prompt variants" in (out / REPORT_FILE).read_text()
     # the world teaches facts: the rich recipe's cloze is far above the control that never saw them
     assert data["recipes"]["rich"]["truth"]["cloze"] > data["recipes"][NEVER_SAW]["truth"]["cloze"] + 0.3
     assert sum(data["timing"][k] for k in ("pre_training_s", "post_training_s", "comparison_s")) \
@@ -68,6 +77,7 @@ def test_a_second_run_continues_rather_than_redoing(quick):
     weights = sorted((out / "testbed").glob("w0/*/model.safetensors"))
     results = sorted(out.glob("*/*/*/seed0/results.json"))
     before = {p: p.stat().st_mtime_ns for p in weights + results}
-    assert len(weights) == 2 * len(QUICK) and len(results) == len(QUICK) * (len(names()) + 1)
+    # each base model under the quick prompt variants (2), its partner under the task's own prompt
+    assert len(weights) == 2 * len(QUICK) and len(results) == len(QUICK) * (2 * len(names()) + 1)
     assert main(["testbed", "--quick", "--out", str(out)]) == 0
     assert {p: p.stat().st_mtime_ns for p in weights + results} == before

@@ -52,3 +52,24 @@ def test_the_format_control_fails_when_the_soft_prompt_ranks_it_high():
     assert {c["control"]: c for c in controls([low], RECIPES, {0: 0.05})}[FORMAT_LITTLE]["held"]
     failed = {c["control"]: c for c in controls([high], RECIPES, {0: 0.05})}[FORMAT_LITTLE]
     assert not failed["held"] and "ranked high" in failed["details"][0]
+
+
+def test_stability_across_prompt_variants_by_hand():
+    """Three variants of one world: the soft prompt ranks the models alike in each, zero-shot reverses its ranking in
+    the third. Stability is the mean tau over the three pairs of variants; tau against the partners per variant."""
+    from softeval.testbed.stats import variant_stability
+
+    shuffled = [0.1, 0.3, 0.5, 0.7, 0.9]  # TRUE reversed: tau -1 against TRUE
+    per_variant = [[world(0, {"soft-prompt": TRUE, "zero-shot": TRUE}, TRUE, TRUE)],
+                   [world(0, {"soft-prompt": [v * 0.9 for v in TRUE], "zero-shot": TRUE}, TRUE, TRUE)],
+                   [world(0, {"soft-prompt": TRUE, "zero-shot": shuffled}, TRUE, TRUE)]]
+    got = variant_stability(per_variant)
+    assert got["k"] == 3
+    soft, zero = got["methods"]["soft-prompt"], got["methods"]["zero-shot"]
+    assert soft["stability"] == pytest.approx(1.0) and soft["stability_pairs"] == 3
+    assert zero["stability"] == pytest.approx((1 - 1 - 1) / 3, abs=1e-4)  # pairs (0,1): 1, (0,2): -1, (1,2): -1
+    assert zero["tau_post_per_variant"] == pytest.approx([1.0, 1.0, -1.0])
+    assert zero["tau_post_min"] == -1.0 and zero["tau_post_max"] == 1.0
+    assert zero["tau_post_std"] == pytest.approx(stats.tstd([1.0, 1.0, -1.0]), abs=1e-4)
+    one = variant_stability(per_variant[:1])["methods"]["zero-shot"]
+    assert one["stability"] is None and one["tau_post_std"] is None  # one variant: no stability to speak of

@@ -1,5 +1,6 @@
 """What `softeval compare` says about an output root, built once: the paired tests of the methods, the lm-eval
-groups' scores, the folders skipped with the reason, and (given BASE=POST pairs) whether the base models' scores
+groups' scores, the folders skipped with the reason, each method's spread across prompt variants, and (given
+BASE=POST pairs) whether the base models' scores
 predict the post-trained ranking. The CLI prints it (as tables, or with --json as ``CompareRecord.to_json``), and
 the library returns it as data (softeval.results.compare): one record, so the two give the same numbers.
 """
@@ -7,7 +8,7 @@ the library returns it as data (softeval.results.compare): one record, so the tw
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from softeval.analysis.compare import PER_ITEM, Comparison, compare_runs, load_r
 from softeval.analysis.groups import GroupScore, group_scores
 from softeval.analysis.pairs import PairedRow, paired_method_tests
 from softeval.analysis.post_scores import PostScores, read_post_scores
+from softeval.analysis.spread import Spread, SpreadTest, spread_tests, spreads
 from softeval.errors import UserError
 from softeval.methods import TREATMENT, label_of, with_role
 from softeval.store.format import Run
@@ -33,6 +35,8 @@ class CompareRecord:
     comparison: Comparison | None
     skipped: list[tuple[Path, str]]
     runs: list[Run]
+    spreads: list[Spread] = field(default_factory=list)  # each method across prompt variants (analysis/spread.py)
+    spread_tests: list[SpreadTest] = field(default_factory=list)  # the treatment's spread against the others'
 
     def to_json(self) -> dict[str, Any]:
         """What `softeval compare --json` prints: the ranking's keys (with pairs), then ``paired_tests``,
@@ -41,12 +45,14 @@ class CompareRecord:
         data["paired_tests"] = [row.to_json() for row in self.paired]
         data["lm_eval_groups"] = [row.to_json() for row in self.groups]
         data["skipped_folders"] = [{"path": str(p), "reason": why} for p, why in self.skipped]
+        data["spread"] = [s.row() for s in self.spreads]
+        data["spread_tests"] = [t.row() for t in self.spread_tests]
         return data
 
     @property
     def empty(self) -> bool:
         """Nothing compared: no paired test, no group, no ranking."""
-        return not self.paired and not self.groups and self.comparison is None
+        return not self.paired and not self.groups and self.comparison is None and not self.spreads
 
 
 def nothing_to_compare() -> UserError:
@@ -87,4 +93,4 @@ def compare_record(root: Path, pairs: Sequence[tuple[str, str]] = (), metric: st
     paired = paired_method_tests(runs, paired_metric(metric))
     comparison = compare_runs(runs, pairs, metric, post_method, n_boot, post_scores=filed) if pairs else None
     groups = group_scores([r.results for r in runs], read_groups(Path(root)))
-    return CompareRecord(paired, groups, comparison, skipped, runs)
+    return CompareRecord(paired, groups, comparison, skipped, runs, spreads(runs), spread_tests(runs))

@@ -20,6 +20,7 @@ from softeval.analysis.groups import GroupScore, group_scores
 from softeval.analysis.pairs import paired_method_tests
 from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
+from softeval.analysis.report_spread import spread_section
 from softeval.analysis.report_tables import render as render_template
 from softeval.analysis.report_testbed import testbed_section
 from softeval.analysis.verdict import verdicts
@@ -114,7 +115,7 @@ def render(
     page: dict[str, Any] = {
         "title": title, "runs": runs, "skipped": skipped, "n_models": len({r.model for r in runs}), "groups": groups,
         "n_tasks": len({r.task for r in runs}), "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed,
+        "curve_file": CURVE_FILE, "ranking": comparison, "testbed": testbed, "spread": None,
         "reference": label_of(reference() or ""), "tuned_and": _listed(tuned, "and"),
         "tuned_or": _listed(tuned, "or")}
     if runs:
@@ -133,7 +134,7 @@ def render(
             curves=_curves(runs), series=series_section(runs),
             ranking_charts=[plots.img(plots.rank_scatter(comparison, task), f"rank scatter on {task}")
                             for task in sorted({r.task for r in comparison.results})] if comparison else [],
-            disagreements=_disagreements(runs, samples))
+            disagreements=_disagreements(runs, samples), spread=spread_section(runs))
     return render_template("report.html.j2", **page)
 
 

@@ -29,7 +29,8 @@ def testbed_section(out_root: Path) -> dict[str, Any] | None:
         score_names = list(next(iter(recipes.values()))["scores"]) if recipes else []
         return {"seeds": data["world_seeds"], "targets": [label for _, label in TARGETS], "rows": rows,
                 "score_names": score_names, "recipes": recipes, "controls": data["controls"],
-                "n_boot": data["n_boot"], "chart": img(testbed_figure(data), "testbed: Kendall tau per method "
+                "n_boot": data["n_boot"], "variants": data.get("prompt_variants"),
+                "chart": img(testbed_figure(data), "testbed: Kendall tau per method "
                                                        "and each recipe's scores against its ground truth")}
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         return {"error": f"{TESTBED_FILE} cannot be read ({type(exc).__name__}: {exc})"}

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from softeval.analysis.choices import PER_ITEM, post_methods, reference_method
 from softeval.cli.groups import print_group_scores
+from softeval.cli.spread import print_spread
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
 from softeval.methods import label_of
@@ -157,6 +158,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for path, why in record.skipped:
         console.print(f"skipped {path}: {why}", style="yellow", markup=False, highlight=False)
     _print_paired(console, record.paired)
+    print_spread(console, record.spreads, record.spread_tests)
     print_group_scores(console, record.groups)
     if record.comparison:
         _print_comparison(console, record.comparison)

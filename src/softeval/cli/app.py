@@ -19,6 +19,7 @@ from rich.text import Text
 from softeval.cli import analysis, schema, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options, given_options, option_group
+from softeval.cli.spread import print_spread
 from softeval.consoles import message_console, progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
@@ -87,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     option_group(run, METHODS).add_argument("--method", default=",".join(default_names()),  # its group's first
                                             help=f"comma-separated methods of {', '.join(names())} "
                                                  "(default %(default)s)")
+    option_group(run, METHODS).add_argument(
+        "--prompt-variants", type=int, default=None, metavar="K",
+        help="score every method under prompt variants 0 to K-1 (the task's prompt in K formats that ask the same), "
+             "then their spread (docs/guide/prompt-variants.md)")
     add_options(run, COMMON)
     add_options(run, TUNING)
     run.set_defaults(handler=cmd_run)
@@ -152,9 +157,35 @@ def cmd_run(args) -> int:
             print_verdicts(replace(config, task=PREFIX + name), results)
         print_group_scores(table_console(), group_scores([r for rs in per_task for r in rs], [record]))
         return 0
+    if getattr(args, "prompt_variants", None) is not None:
+        return _run_variants(config, args.prompt_variants, given_options(args))
     results = run_job(config, given=given_options(args))  # options it does not use are named
     print_table(results)
     print_verdicts(config, results)
+    return 0
+
+
+def _run_variants(config: RunConfig, variants: int, given) -> int:
+    """`softeval run --prompt-variants K`: every method under each variant, variant 0's table and verdicts, then the
+    spread across variants."""
+    from softeval.analysis.spread import spread_tests, spreads
+    from softeval.run.pipeline import found_run, run_variants
+    from softeval.tasks.variants import MOST_VARIANTS
+
+    if not 1 <= variants <= MOST_VARIANTS:
+        raise UserError(f"--prompt-variants {variants}: give 1 to {MOST_VARIANTS}")
+    if config.prompt_variant:
+        raise UserError(f"--prompt-variants {variants} runs variants 0 to {variants - 1}: leave out --prompt-variant "
+                        f"{config.prompt_variant}")
+    per_variant = run_variants(config, variants, given=given)
+    print_table(per_variant[0])
+    print_verdicts(config, per_variant[0])
+    runs = []
+    for variant, results in enumerate(per_variant):
+        for r in results:
+            path = found_run(replace(config, prompt_variant=variant), r["method"])[0].final
+            runs.append(Run(path, str(path), r))
+    print_spread(table_console(), spreads(runs), spread_tests(runs))
     return 0
 
 

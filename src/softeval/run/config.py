@@ -24,7 +24,7 @@ from softeval.lm.backends import DEFAULT, NAMES, backend_help
 from softeval.lm.settings import LORA_TARGETS, TUNE_DTYPES
 from softeval.methods import default_names
 from softeval.protocol import CHAT_TEMPLATES, KINDS, WORKED_SOLUTION
-from softeval.store.identity import ANSWER_LINE, FINGERPRINT, TASK_REVISION, TUNE_DTYPE_RESOLVED
+from softeval.store.identity import ANSWER_LINE, FINGERPRINT, PROMPT_GRAMMAR, TASK_REVISION, TUNE_DTYPE_RESOLVED
 
 LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
 
@@ -172,6 +172,10 @@ class RunConfig:
     # another process is writing the same run: wait for it instead of exit 2
     wait: bool = option(bool, False, "when another process is writing the same run, wait for it "
                         "(default: exit 2 naming it)", group=OUTPUT)
+    # the task's prompt in another format of the grammar (tasks/variants.py); 0: its own prompt
+    prompt_variant: int = option(int, 0, "score the task's prompt written in format N of the prompt-variant grammar "
+                                 "(default %(default)s: the task's own prompt; docs/guide/prompt-variants.md)",
+                                 range=(0, 100_000), metavar="N", group=METHODS)
     # multiple choice: also score each item's letters in this many seeded option orders
     permutations: int = option(int, 0, "multiple choice: also score the option letters with the options in K "
                                "seeded orders (permutation_consistency, circular_accuracy); default off",
@@ -275,6 +279,12 @@ class RunConfig:
         if revision is not None and revision > 1:  # runs recorded before revisions existed ran revision 1
             data[TASK_REVISION] = revision
         data["init"] = init_identity(self.init)  # a warm start is its adapter's digest, not its path
+        if data["prompt_variant"]:  # which grammar's format N is (a run of variant 0 is the task's own prompt)
+            from softeval.tasks.variants import GRAMMAR_REVISION
+
+            data[PROMPT_GRAMMAR] = GRAMMAR_REVISION
+        else:
+            data.pop("prompt_variant")  # the task's own prompt: as runs recorded before variants existed
         for name in ("epochs", "answer_share"):  # not given: as runs recorded before the option existed ran
             if data[name] is None:
                 data.pop(name)

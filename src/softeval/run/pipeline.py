@@ -11,7 +11,7 @@ import os
 import random
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -45,6 +45,8 @@ from softeval.store.record import Results
 from softeval.store.runs import REDO, RunFolder, git_hash, jsonl_text, now, versions
 from softeval.tasks import get_task
 from softeval.tasks.data import seeded_subset
+from softeval.tasks.variants import count as variant_count
+from softeval.tasks.variants import variant_task
 
 ITEM_SEED = 0  # which test items --limit picks: fixed, so every model, method and seed scores the same items
 
@@ -69,7 +71,8 @@ class Job:
     def prepare(self) -> None:
         cfg, name = self.config, self.spelling
         check_config(cfg, model_given=self._lm is not None, name=name)
-        self.task = get_task(cfg.task, cfg.include_path)
+        self.task = variant_task(get_task(cfg.task, cfg.include_path), cfg.prompt_variant,
+                                 name.setting('prompt_variant', cfg.prompt_variant))
         self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
             raise UserError(f"{name.setting('limit', cfg.limit)} is larger than the {len(self.splits.eval)} scored "
@@ -154,7 +157,8 @@ def run_folder(config: RunConfig, method: str, here: bool = True) -> tuple[RunFo
 
 def own_folder(config: RunConfig, method: str) -> RunFolder:
     """The folder one method's run of ``config`` is written to (its seed's)."""
-    return RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series)
+    return RunFolder.at(config.out, config.model, config.task, method, config.seed, config.series,
+                        config.prompt_variant)
 
 
 def found_run(config: RunConfig, method: str, here: bool = True) -> tuple[RunFolder, dict]:
@@ -211,6 +215,46 @@ def say_notes(job: Job, given: Collection[str] | None) -> None:
     for note in (init_note(cfg, job.task.instruction, name), unused):
         if note:
             job.console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+
+def run_variants(config: RunConfig, variants: int, console: Console | None = None, lm: LoadedModel | None = None,
+                 on_skip=None, command: str = "run", given: Collection[str] | None = None) -> list[list[dict]]:
+    """``run_job`` under prompt variants 0 to ``variants`` - 1 of ``config`` (tasks/variants.py), the results of
+    each variant's methods in turn. Every variant is checked before the model loads, and the model loads once (``lm``:
+    an already loaded model, and ``given``, the options the user set, as ``run_job`` takes them)."""
+    console = console or message_console()
+    spelling = SWEEP_FILE if command == "sweep" else COMMAND_LINE
+    jobs = [Job(replace(config, prompt_variant=v), console, _lm=lm, spelling=spelling) for v in range(variants)]
+    jobs[0].prepare()
+    check_variants(jobs[0].task, variants, spelling)
+    for job in jobs[1:]:
+        job.prepare()
+    say_notes(jobs[0], given)
+    shared, done = lm, []
+    try:
+        for job in jobs:
+            job._lm, job._kind_said = shared, shared is not None
+            console.print(f"prompt variant {job.config.prompt_variant}: {job.task.prompt_format or 'the task itself'}",
+                          style="bold", markup=False)
+            try:
+                done.append(_run_methods(job, on_skip, command))
+            finally:
+                end_engine(job._lm, job._engine)
+            shared = job._lm
+    finally:
+        if lm is None:  # the model (and the engine kept on it) is this call's own
+            close_engine(shared)
+    return done
+
+
+def check_variants(task, variants: int, name: Spelling = COMMAND_LINE) -> None:
+    """``--prompt-variants K`` asks for no more variants than ``task`` has (an lm-eval task has its own prompt only)."""
+    most = variant_count(task)
+    if variants > most:
+        why = ("it renders its own prompt (an lm-eval task keeps lm-eval's), so it has variant 0 only"
+               if most == 1 else f"it has {most} (0 to {most - 1})")
+        raise UserError(f"{name.setting('prompt_variants', variants)}: task {task.name} has no {variants} prompt "
+                        f"variants: {why}")
 
 
 def _run_methods(job: Job, on_skip, command: str) -> list[dict]:

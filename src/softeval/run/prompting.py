@@ -90,7 +90,8 @@ class Prompter:
         shots = self.shots_of(spec)
         if self.task.contexts is not None:
             return _framed(spec, self._own_text(example, len(shots)))
-        return self._assemble(self.task.instruction,
+        instruction = self.task.instruction if self.task.instruction_shown else ""
+        return self._assemble(instruction,
                               [(_framed(spec, self.task.render(s)), self.task.target(s)) for s in shots],
                               _framed(spec, self.task.render(example)))
 

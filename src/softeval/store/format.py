@@ -104,6 +104,28 @@ def folder_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "--", text).strip("-") or "unnamed"
 
 
+VARIANT_MARK = "@v"  # a prompt variant's task: ``mmlu@v3`` (its folder, and how tables name it)
+
+
+def task_label(task: str, variant: int = 0) -> str:
+    """How tables name a task scored under prompt variant ``variant`` (tasks/variants.py): ``mmlu@v3``; variant 0,
+    the task's own prompt, is the task's name."""
+    return f"{task}{VARIANT_MARK}{variant}" if variant else task
+
+
+def task_folder(task: str, variant: int = 0) -> str:
+    """The folder of a task's runs under prompt variant ``variant``: ``folder_name(task)``, ``mmlu@v3`` for a
+    variant, so runs of two variants never share a folder."""
+    return task_label(folder_name(task), variant)
+
+
+def prompt_variant(results: dict[str, Any]) -> int:
+    """The prompt variant a run scored (its config's ``prompt_variant``; a run that records none: 0, the task's own
+    prompt)."""
+    value = (results.get("config") or {}).get("prompt_variant", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def model_folder(model: str, series: str | None = None) -> str:
     """A model's folder; a checkpoint of a series is ``<series>--<checkpoint folder>`` (the checkpoint
     folders of two series are often both ``checkpoint-1000``)."""
@@ -140,7 +162,18 @@ class Run:
 
     @property
     def task(self) -> str:
+        """The task as tables name it: its name, ``mmlu@v3`` under a prompt variant (``task_label``)."""
+        return task_label(self.base_task, self.variant)
+
+    @property
+    def base_task(self) -> str:
+        """The task's name, whatever prompt variant it was scored under."""
         return str(self.results["task"])
+
+    @property
+    def variant(self) -> int:
+        """The prompt variant the run scored (0: the task's own prompt)."""
+        return prompt_variant(self.results)
 
     @property
     def method(self) -> str:
@@ -319,8 +352,9 @@ def check_run(out_root: Path, run_dir: Path, keep_samples: bool = False) -> Run:
     results = load_results(run_dir)
     where = {"method": run_dir.parent.name, "task": run_dir.parent.parent.name, "seed": int(match[1])}
     for key, expected in where.items():
-        # The writer turns task names into folder names (task files are paths) by folder_name.
-        if results[key] != expected and not (key == "task" and folder_name(str(results[key])) == expected):
+        # The writer turns task names into folder names (task files are paths, variants are marked) by task_folder.
+        if results[key] != expected and not (key == "task" and task_folder(str(results[key]),
+                                                                         prompt_variant(results)) == expected):
             raise RunFormatError(f"{RESULTS_FILE} says {key}={shown(results[key])} but the folder says "
                                  f"{shown(expected)}")
     if not known(results["method"]):

@@ -42,8 +42,14 @@ FINGERPRINT = "model_fingerprint"
 TASK_REVISION = "task_revision"
 
 
+# The prompt-variant grammar's revision (tasks/variants.py GRAMMAR_REVISION), recorded by a run of a variant N > 0:
+# what format N is.
+PROMPT_GRAMMAR = "prompt_grammar"
+
+
 # What a changed number of a definition means, said where a run of another one is refused.
 WHY_CHANGED = {TASK_REVISION: "the task's definition changed (docs/reference/tasks.md)",
+               PROMPT_GRAMMAR: "the prompt-variant grammar changed (docs/guide/prompt-variants.md)",
                ANSWER_LINE: "what --answer-share weighs as the answer line changed (docs/reference/protocol.md)"}
 
 

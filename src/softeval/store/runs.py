@@ -31,13 +31,13 @@ from softeval.store.format import (
     TUNE_STATE,
     RunFormatError,
     damaged_folder,
-    folder_name,
     load_results,
     lock_file,
     model_folder,
     partial_folder,
     replaced_folder,
     seed_folder,
+    task_folder,
     verify_run,
 )
 from softeval.store.identity import TUNE_DTYPE_RESOLVED, identity_diff
@@ -61,9 +61,9 @@ class RunFolder:
 
     @classmethod
     def at(cls, out: str | Path, model: str, task: str, method: str, seed: int,
-           series: str | None = None) -> RunFolder:
+           series: str | None = None, variant: int = 0) -> RunFolder:
         out = Path(out)
-        return cls(out, out / model_folder(model, series) / folder_name(task) / method / seed_folder(seed))
+        return cls(out, out / model_folder(model, series) / task_folder(task, variant) / method / seed_folder(seed))
 
     @property
     def partial(self) -> Path:

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from softeval.consoles import message_console
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
 from softeval.methods import SOFT_PROMPT, default_names, spec_of
@@ -41,6 +42,7 @@ from softeval.sweep.entries import (
     task_entries,
 )
 from softeval.sweep.schema import DEFAULT_RETRIES, ModelSpec, SeriesSpec, TaskSpec, checked
+from softeval.tasks.lmeval_bridge import is_lmeval
 from softeval.yamlfile import BoundedLoader, read_yaml
 
 
@@ -178,16 +180,53 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
     """One job per model, task, seed and method, in that order, each config checked as `softeval run` checks
     it; ``shared``: the top level's options, which a model's and then a task's override."""
     jobs: list[SweepJob] = []
-    previous: dict[tuple, SweepJob] = {}  # (series, task, seed) -> the last checkpoint's soft-prompt job
+    previous: dict[tuple, SweepJob] = {}  # (series, task, seed, variant) -> the last checkpoint's soft-prompt job
     for model, task in product(models, tasks):
-        options = {"methods": list(default_names()), "seeds": [0], **shared, **model.options, **task.options}
+        options = merged_levels((shared, model.options, task.options),
+                                f"{where}, model {model.label}, task {task.name}")
         methods, seeds = options.pop("methods"), options.pop("seeds")
-        for seed, method in product(seeds, methods):
+        variants = prompt_variants(options, task.name, where)
+        for seed, variant, method in product(seeds, variants, methods):
             config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed, out=str(out),
-                               kind=model.kind, series=model.series, step=model.step, **options)
+                               kind=model.kind, series=model.series, step=model.step,
+                               **{**options, "prompt_variant": variant})
             _check_config(config, f"{where}, model {model.label}, task {task.name}", spelling, local)
             jobs.append(_warm_start(SweepJob(model, config, len(jobs)), previous))
     return jobs
+
+
+VARIANT_KEYS = ("prompt_variant", "prompt_variants")  # one variant, or K of them: a level sets one
+
+
+def merged_levels(levels: tuple[dict[str, Any], ...], where: str) -> dict[str, Any]:
+    """The options of a job: the defaults, then each level's (the top, a model's, a task's), a lower level's over a
+    higher one's. A level that picks the prompt variants (``prompt_variant: N`` or ``prompt_variants: K``) replaces
+    what a higher level picked; one level setting both is refused."""
+    options: dict[str, Any] = {"methods": list(default_names()), "seeds": [0]}
+    for level in levels:
+        given = [key for key in VARIANT_KEYS if key in level]
+        if len(given) == 2:
+            raise UserError(f"{where}: 'prompt_variants: {level['prompt_variants']}' runs variants 0 to "
+                            f"{level['prompt_variants'] - 1}: leave out 'prompt_variant: {level['prompt_variant']}'")
+        if given:
+            for key in VARIANT_KEYS:
+                options.pop(key, None)
+        options.update(level)
+    return options
+
+
+def prompt_variants(options: dict[str, Any], task: str, where: str) -> list[int]:
+    """The prompt variants a job's ``prompt_variants: K`` asks of ``task`` (0 to K-1; popped from ``options``), or
+    its one ``prompt_variant`` (default 0). An lm-eval task keeps lm-eval's prompt: variant 0 only, said once."""
+    count = options.pop("prompt_variants", None)
+    if count is None:
+        return [options.pop("prompt_variant", 0)]
+    if count > 1 and is_lmeval(task):
+        message_console().print(f"note: {where}, task {task}: an lm-eval task keeps lm-eval's prompt, so it is scored "
+                                f"under variant 0 only ('prompt_variants: {count}' applies to its other tasks)",
+                                style="yellow", markup=False)
+        return [0]
+    return list(range(count))
 
 
 def _warm_start(job: SweepJob, previous: dict[tuple, SweepJob]) -> SweepJob:
@@ -195,7 +234,7 @@ def _warm_start(job: SweepJob, previous: dict[tuple, SweepJob]) -> SweepJob:
     and seed (``previous``, updated here), tuning for fewer steps, where its series says so."""
     model, method = job.model, job.method
     if spec_of(method).trains == SOFT_PROMPT and model.series is not None:
-        key = (model.series, job.config.task, job.config.seed)
+        key = (model.series, job.config.task, job.config.seed, job.config.prompt_variant)
         if model.warm_start and key in previous:
             job.warm_from = previous[key]
             steps = model.warm_steps or -(-job.config.steps // WARM_STEPS_FRACTION)

@@ -109,10 +109,16 @@ Methods = Annotated[list[str], Field(min_length=1, json_schema_extra=_method_nam
                     AfterValidator(_methods)]
 Seeds = Annotated[list[int], Field(min_length=1, json_schema_extra={"uniqueItems": True}), said(_SEEDS),
                   AfterValidator(_distinct), Field(description="the seeds of these runs (default: [0])")]
-# The keys every level of the file may set: the option table's sweep keys, and the methods and seeds to run.
+# the prompt variants of these runs: 0 to K-1 (softeval run --prompt-variants; tasks/variants.py MOST_VARIANTS)
+PromptVariants = Annotated[int, Field(ge=1, le=64, strict=True),
+                           said("'{key}' must be a whole number of prompt variants from 1 to 64, not {value}"),
+                           Field(description="score every method of these runs under prompt variants 0 to K-1 "
+                                             "(default: the prompt_variant option, 0)")]
+# The keys every level of the file may set: the option table's sweep keys, the methods and seeds to run, and how many
+# prompt variants.
 RunOptions = create_model(
     "RunOptions", __base__=Declared, __doc__="`softeval run` options, for every run below this level.",
-    methods=(Methods, None), seeds=(Seeds, None),
+    methods=(Methods, None), seeds=(Seeds, None), prompt_variants=(PromptVariants, None),
     **{key: (Annotated[Any, PlainValidator(partial(_run_option, key=key)),
                        Field(json_schema_extra=partial(_option_schema, key))], None) for key in SWEEP_OPTIONS})
 

@@ -120,6 +120,14 @@ class Task:
     # Generation ends there and cuts the output at it, as at a stop string (``lm.generation.finish``), so an
     # output that writes its answer line again and again does not run to the token limit. None: no such point.
     answer_end: Callable[[str], int | None] | None = None
+    # Whether the instruction is put before the prompt (a prompt variant may leave it out: tasks/variants.py); the
+    # instruction stays the task's own for what else reads it (--init instruction).
+    instruction_shown: bool = True
+    # The option labels the model writes, in order ("abcd..." where a prompt variant letters the options in lower
+    # case): the letters' log-likelihood scores " " + each label.
+    labels: str = LETTERS
+    # The format of a prompt variant (tasks/variants.py: PromptFormat.key); "": the task's own prompt.
+    prompt_format: str = ""
 
     def splits(self, source: str = "offline", skip_bad_rows: bool = False) -> Splits:
         """``load``, then without test items in tuning: what a run tunes on and draws its shots from."""
@@ -127,7 +135,7 @@ class Task:
 
     def continuations(self, example: Example) -> list[str]:
         """Option continuations scored by log-likelihood (multiple choice only): ' A', ' B', ..."""
-        return [" " + LETTERS[i] for i in range(len(example.options))]
+        return [" " + self.labels[i] for i in range(len(example.options))]
 
     def cloze_options(self, example: Example) -> tuple[list[str], int]:
         """The option texts of the cloze score (without the space before them) and the gold index."""

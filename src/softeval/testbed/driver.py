@@ -36,10 +36,11 @@ class Settings:
     steps: int  # soft-prompt tuning steps (softeval run --steps)
     exposure_scale: float = 1.0
     n_boot: int = 1000
+    variants: int = 1  # prompt variants 0 to variants-1 each base model is scored under (tasks/variants.py)
 
     def to_json(self) -> dict:
         return {"quick": self.quick, "world_seeds": list(self.world_seeds), "people": self.people,
-                "steps": self.steps, "exposure_scale": self.exposure_scale}
+                "steps": self.steps, "exposure_scale": self.exposure_scale, "prompt_variants": self.variants}
 
 
 def run_testbed(out: Path, settings: Settings, console: Console, max_parallel: int | None = None) -> dict:
@@ -133,7 +134,8 @@ class _Testbed:
         self.console.print(f"world {w.seed}: the comparison, through softeval's sweep", markup=False,
                            highlight=False)
         pairs = [(self.base_dirs[w.seed, r.name], self.post_dirs[w.seed, r.name]) for r in self.recipes]
-        sweep = load_sweep(write_sweep(self.out, w.seed, task, pairs, {"steps": self.settings.steps}))
+        sweep = load_sweep(write_sweep(self.out, w.seed, task, pairs, {"steps": self.settings.steps},
+                                       self.settings.variants))
         result = run_sweep(sweep, max_parallel=self.max_parallel, console=self.console)
         self.timing["comparison_s"] += time.perf_counter() - clock
         if result.failed:
@@ -144,19 +146,22 @@ class _Testbed:
         """What `testbed.json` holds: the statistics of every world's runs, the settings and the timing
         (``started``: ``time.perf_counter()`` when the testbed started)."""
         runs = load_runs(self.out, keep_samples=True)[0]
-        scored = [world_scores(runs, w.seed, self.recipes,
-                               {r.name: (self.base_dirs[w.seed, r.name].name, self.post_dirs[w.seed, r.name].name)
-                                for r in self.recipes}, self.notes[w.seed]) for w in self.worlds]
+        per_variant = [[world_scores(runs, w.seed, self.recipes,
+                                     {r.name: (self.base_dirs[w.seed, r.name].name, self.post_dirs[w.seed, r.name].name)
+                                      for r in self.recipes}, self.notes[w.seed], variant) for w in self.worlds]
+                       for variant in range(self.settings.variants)]
+        scored = per_variant[0]
         timing = {k: round(v, 1) for k, v in self.timing.items()} | {
             "total_s": round(time.perf_counter() - started, 1)}
         return summarize(scored, self.recipes, self.notes, {w.seed: w.chance() for w in self.worlds},
-                         self.settings.to_json(), self.settings.n_boot, timing)
+                         self.settings.to_json(), self.settings.n_boot, timing, per_variant)
 
 
 def _same_models(settings: dict) -> dict:
     """What the models and runs of a world depend on: every setting but the list of world seeds (each world
-    is made alone, so `--seeds 0` then `--seeds 0,1,2` in one output root reuses world 0)."""
-    return {k: v for k, v in settings.items() if k != "world_seeds"}
+    is made alone, so `--seeds 0` then `--seeds 0,1,2` in one output root reuses world 0) and the number of prompt
+    variants (variant N's runs are the same whichever number asked for them)."""
+    return {k: v for k, v in settings.items() if k not in ("world_seeds", "prompt_variants")}
 
 
 def _claim(folder: Path, settings: Settings) -> None:

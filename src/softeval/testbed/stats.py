@@ -83,3 +83,37 @@ def method_correlations(worlds: list[WorldScores], method: str, n_boot: int, see
                   "tau_ci_items": _interval(items), "tau_ci_world_seeds": seeds,
                   "tau_per_world": [_round(v) for v in taus]}
     return out
+
+
+def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
+    """How far each method's ranking of the base models moves with the prompt's format (tasks/variants.py):
+    ``per_variant[v]`` holds every world scored under prompt variant v. Per method, ``stability``: the mean over
+    worlds and over pairs of variants of the Kendall tau between the rankings under the two variants (1: the same
+    ranking whatever the format; None with one variant); ``tau_post_per_variant``: the tau against the post-trained
+    ranking under each variant (mean over worlds), with its mean, min, max and standard deviation across variants."""
+    k = len(per_variant)
+    out: dict = {"k": k, "methods": {}}
+    for method in per_variant[0][0].base:
+        scores = [[[s.score() for s in world.base[method]] for world in worlds] for worlds in per_variant]
+        posts = [[s.score() for s in world.post] for world in per_variant[0]]
+        pairs = [rank_correlations(scores[a][w], scores[b][w])[0]
+                 for a in range(k) for b in range(a + 1, k) for w in range(len(posts))]
+        vs_post = [_nanmean([rank_correlations(scores[v][w], posts[w])[0] for w in range(len(posts))])
+                   for v in range(k)]
+        finite = [t for t in vs_post if t is not None]
+        out["methods"][method] = {
+            "stability": _nanmean(pairs) if pairs else None,
+            "stability_pairs": len(pairs),
+            "tau_post_per_variant": vs_post,
+            "tau_post_mean": _nanmean(finite) if finite else None,
+            "tau_post_min": min(finite) if finite else None,
+            "tau_post_max": max(finite) if finite else None,
+            "tau_post_std": _round(float(np.std(finite, ddof=1))) if len(finite) > 1 else None,
+        }
+    return out
+
+
+def _nanmean(values: list[float | None]) -> float | None:
+    """The mean of the finite values, rounded (a ranking of tied scores has no tau: left out); None without any."""
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return _round(float(np.mean(finite))) if finite else None

@@ -17,7 +17,7 @@ from softeval.methods import label_of, spec_of
 from softeval.metrics import wilson
 from softeval.store.format import Run
 from softeval.testbed.recipes import FORMAT_LITTLE, NEVER_SAW, Recipe
-from softeval.testbed.stats import TARGETS, TRUTHS, WorldScores, method_correlations
+from softeval.testbed.stats import TARGETS, TRUTHS, WorldScores, method_correlations, variant_stability
 from softeval.testbed.sweepfile import base_methods, post_method
 
 TESTBED_VERSION = 1
@@ -29,19 +29,20 @@ def post_label() -> str:
 
 
 def world_scores(runs: list[Run], seed: int, recipes: tuple[Recipe, ...], names: dict[str, tuple[str, str]],
-                 notes: dict[str, dict]) -> WorldScores:
-    """``names``: recipe -> (base folder name, post folder name); ``notes``: recipe -> the base model's note."""
-    by_key = {(r.model_folder, r.method): r for r in runs}
+                 notes: dict[str, dict], variant: int = 0) -> WorldScores:
+    """``names``: recipe -> (base folder name, post folder name); ``notes``: recipe -> the base model's note;
+    ``variant``: the prompt variant of the base models' runs (the partners': always the task's own prompt)."""
+    by_key = {(r.model_folder, r.method, r.variant): r for r in runs}
 
-    def items(folder: str, method: str) -> ItemScores:
-        run = by_key.get((folder, method))
+    def items(folder: str, method: str, variant: int = variant) -> ItemScores:
+        run = by_key.get((folder, method, variant))
         if run is None:
             raise UserError(f"testbed: no finished {method} run of {folder}: run the same command again "
                             "to finish it (finished models and runs are kept)")
         return load_item_scores([run], "accuracy")
 
     base = {m: [items(names[r.name][0], m) for r in recipes] for m in base_methods()}
-    post = [items(names[r.name][1], post_method()) for r in recipes]
+    post = [items(names[r.name][1], post_method(), 0) for r in recipes]
     truth = {t: [ItemScores(notes[r.name]["ids"], np.array(notes[r.name]["truth"][t], dtype=float),
                             np.ones(len(notes[r.name]["ids"]))) for r in recipes] for t in TRUTHS}
     return WorldScores(seed, [r.name for r in recipes], base, post, truth)
@@ -84,8 +85,10 @@ def controls(worlds: list[WorldScores], recipes: tuple[Recipe, ...], chance: dic
 
 
 def summarize(worlds: list[WorldScores], recipes: tuple[Recipe, ...], notes: dict[int, dict[str, dict]],
-              chance: dict[int, float], settings: dict, n_boot: int, timing: dict) -> dict:
-    """testbed.json's content."""
+              chance: dict[int, float], settings: dict, n_boot: int, timing: dict,
+              per_variant: list[list[WorldScores]] | None = None) -> dict:
+    """testbed.json's content; ``per_variant``: the worlds' scores under each prompt variant (``worlds`` is
+    variant 0's), for the rankings' stability across prompt formats."""
     methods = {m: method_correlations(worlds, m, n_boot) for m in base_methods()}
     post = post_label()
     per_recipe = {}
@@ -105,7 +108,8 @@ def summarize(worlds: list[WorldScores], recipes: tuple[Recipe, ...], notes: dic
             "targets": {"post": f"the partners' scores ({post})", "seen": "share of scored facts trained on",
                         "cloze": "the base model's cloze score on the scored facts"},
             "methods": methods, "recipes": per_recipe, "chance": chance and _mean(list(chance.values())),
-            "controls": controls(worlds, recipes, chance), "timing": timing}
+            "controls": controls(worlds, recipes, chance), "timing": timing,
+            "prompt_variants": variant_stability(per_variant or [worlds])}
 
 
 def _mean(values: list[float]) -> float | None:

@@ -24,14 +24,16 @@ def base_methods() -> tuple[str, ...]:
 
 
 def write_sweep(root: Path, world_seed: int, task_file: Path, pairs: list[tuple[Path, Path]],
-                options: dict) -> Path:
+                options: dict, variants: int = 1) -> Path:
     """``pairs``: (base folder, post-trained folder). Paths are written relative to ``root``, where the
-    file lies (a sweep file's paths are relative to its folder). JSON is YAML: the file is JSON text."""
+    file lies (a sweep file's paths are relative to its folder). JSON is YAML: the file is JSON text. ``variants``:
+    each base model is scored under prompt variants 0 to variants-1; a partner under its task's own prompt (the
+    ranking the base models' rankings are held against)."""
     models = []
     for base, post in pairs:
         models.append({"name": str(base.relative_to(root)), "kind": BASE,
                        "post_trained": str(post.relative_to(root)), "methods": list(base_methods()),
-                       "resources": {"cpus": 1}})
+                       "resources": {"cpus": 1}, **({"prompt_variants": variants} if variants > 1 else {})})
         models.append({"name": str(post.relative_to(root)), "kind": POST_TRAINED, "methods": [post_method()],
                        "resources": {"cpus": 1}})
     spec = {"out": ".", "models": models, "tasks": [str(task_file.relative_to(root))], "seeds": [0], **options}
