@@ -73,7 +73,7 @@ def test_the_command_line(toymc, tmp_path, monkeypatch, capsys):
             "--out", str(tmp_path), "--eval-batch-size", "4", "--batch-size", "2", "--curve-items", "0"]
     assert cli.main([*base, "--prompt-variants", "3"]) == 0
     said = capsys.readouterr().out
-    assert "across prompt variants 0, 1, 2" in said
+    assert "across prompt variants 0, 1, 2: mean [min, max] (std)" in said
     assert cli.main([*base, "--prompt-variants", "2", "--prompt-variant", "1"]) == 2
     assert "leave out --prompt-variant 1" in capsys.readouterr().err
     assert cli.main([*base, "--prompt-variants", "0"]) == 2

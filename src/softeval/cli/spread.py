@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -17,7 +18,8 @@ def print_spread(console: Console, found: list[Spread], tests: list[SpreadTest])
     """The spread of each method across prompt variants (analysis/spread.py), and what its tests show."""
     if not found:
         return
-    table = Table(title=f"across prompt variants {', '.join(map(str, found[0].variants))}: mean [min, max] (std)")
+    variants = ", ".join(map(str, sorted({v for s in found for v in s.variants})))
+    table = Table(title=escape(f"across prompt variants {variants}: mean [min, max] (std)"))
     for column in ("model", "task", "method", "seed", "accuracy", "format"):
         table.add_column(column, no_wrap=column != "model")
     for s in found:
