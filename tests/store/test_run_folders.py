@@ -87,7 +87,8 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     from softeval.store.identity import NOT_IDENTITY, TUNE_DTYPE_RESOLVED, identity_of
 
     config = _toy(tmp_path)
-    every = {f.name for f in fields(RunConfig)} - {"methods", "epochs", "answer_share"} | {"method"}  # when given
+    # epochs, answer_share: when given; prompt_variant: when not 0 (with the grammar's revision: below)
+    every = {f.name for f in fields(RunConfig)} - {"methods", "epochs", "answer_share", "prompt_variant"} | {"method"}
     lora = {"lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets"}
     soft = {"lr", "init", "soft_prompt"}
     # and, for tuned runs, the tuning dtype as this machine resolves --tune-dtype
@@ -101,6 +102,8 @@ def test_identity_is_the_whole_config_but_the_listed_options(toy, tmp_path):
     assert identity_of(shared.options("soft-prompt"))["answer_line"] == 2  # what the share weighs: with it only
     assert "answer_line" not in identity_of(config.options("soft-prompt"))
     assert not {"answer_share", "answer_line"} & set(identity_of(shared.options("zero-shot")))  # untuned: not read
+    variant = identity_of(dataclasses.replace(config, prompt_variant=2).options("zero-shot"))
+    assert variant["prompt_variant"] == 2 and variant["prompt_grammar"] == 1  # every method reads the prompt
     # series, step: labels of the model; include_path: where lm-eval YAMLs lie (their content is config.lm_eval)
     assert set(NOT_IDENTITY) == {"out", "force", "wait", "series", "step", "include_path"}
     tuning = {"steps", "lr_schedule", "curve_every", "length_group", "early_stop", "tune_dtype"} | soft | lora
