@@ -206,3 +206,37 @@ def test_a_lora_run_gets_its_column_curve_and_ranking_row_and_none_without_one(t
     alone = tmp_path / "alone"
     write_run(alone, "m", "mmlu", "zero-shot", [True, False])
     assert "<th>lora</th>" not in build_report(alone, tmp_path / "a.html").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def spread_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A root of one model scored under prompt variants 0-3 (runfactory: each in <task>@v<N>): zero-shot moves with
+    the format, the soft prompt does not."""
+    from runfactory import outcomes
+
+    out = tmp_path_factory.mktemp("variants")
+    for variant, rate in enumerate((0.2, 0.5, 0.8, 0.35)):
+        config = {"prompt_variant": variant} if variant else None
+        write_run(out, "m", "mmlu", "zero-shot", outcomes(40, rate), extras=Extras(config=config))
+        write_run(out, "m", "mmlu", "soft-prompt", outcomes(40, 0.6, offset=variant), extras=Extras(config=config))
+    return build_report(out, out.parent / "spread.html")
+
+
+def test_the_spread_section_shows_each_method_across_variants(spread_report: Path) -> None:
+    text = spread_report.read_text(encoding="utf-8")
+    section = text[text.index('<h2 id="spread">'):]
+    assert "<td>zero-shot</td>" in section and "<td>soft-prompt</td>" in section
+    assert "<td>0, 1, 2, 3</td>" in section
+    assert "soft-prompt vs\nzero-shot: the soft prompt&#39;s accuracy moves less with the prompt&#39;s format" in section
+    assert len(CHART.findall(section)) >= 1  # accuracy per variant, a line per method
+    assert "mmlu@v3" in text  # the metrics table names each variant's task
+
+
+@needs_chromium
+def test_the_spread_section_renders_in_headless_chromium(spread_report: Path, tmp_path: Path) -> None:
+    (dom, wide), (_, narrow) = _layout(spread_report, 1280, tmp_path), _layout(spread_report, 800, tmp_path)
+    assert '<h2 id="spread">' in dom
+    for layout in (wide, narrow):
+        assert layout["page"] <= layout["width"], layout
+        for table in layout["tables"]:
+            assert table["squeezed"] == 0 and table["font"] >= 12, table
