@@ -211,6 +211,36 @@ def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(
     assert _seen(resumed.curve) == _seen(full.curve)
 
 
+def test_a_second_signal_during_a_held_step_stops_at_once_undoing_it(lm, tmp_path, monkeypatch, capfd):
+    """Ctrl-C twice in step 2's backward: the first is held, the second stops at once; step 2 is undone, step 1
+    (the last whole one) kept, and the resumed run repeats step 2 and ends bit-identical."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+    real, calls = tuning_loss.target_loss_backward, []
+
+    def signalled(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # held
+            os.kill(os.getpid(), signal.SIGINT)  # raised here
+        return real(*args, **kw)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tuning_loss, "target_loss_backward", signalled)
+        with pytest.raises(KeyboardInterrupt):
+            tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+    assert "stopping once this tuning step is done" in capfd.readouterr().err
+    saved = json.loads((tmp_path / "tune_state.json").read_text())
+    assert saved["step"] == 1 and not saved.get("score_pending")
+    resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
+    assert resumed.summary()["resumed_at_steps"] == [1]
+    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    assert _seen(resumed.curve) == _seen(full.curve)
+
+
 def test_a_signal_held_at_a_curve_step_keeps_it_with_its_point_to_score(lm, tmp_path, monkeypatch):
     """A signal during step 3's update (a curve step) stops before its held-out scoring (minutes on worked
     solutions): step 3 is kept with its point to score; the resumed run scores it first, bit-identical."""
