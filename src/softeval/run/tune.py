@@ -16,14 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import random
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -35,7 +30,9 @@ from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
 from softeval.methods import ADAPTER, spec_of
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
+from softeval.run.batch_plan import batches, length_grouped
 from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
+from softeval.run.interrupts import HeldInterrupts
 from softeval.run.scoring import score_output
 from softeval.run.validate import init_refusal
 from softeval.store import checkpoint as ckpt
@@ -157,43 +154,6 @@ def still_learning(curve: list[dict]) -> tuple[dict, dict] | None:
     return (best, last) if last["held_out_loss"] < best["held_out_loss"] * (1 - EARLY_STOP_MIN_DELTA) else None
 
 
-def batches(n_items: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
-    """Item indices of every step: seeded shuffles of the tuning items, epoch after epoch."""
-    rng = random.Random(seed)
-    out, pool = [], []
-    for _ in range(steps):
-        batch = []
-        while len(batch) < batch_size:
-            if not pool:
-                pool = list(range(n_items))
-                rng.shuffle(pool)
-            batch.append(pool.pop())
-        out.append(batch)
-    return out
-
-
-def length_grouped(plan: Sequence[Sequence[int]], lengths: Callable[[int], int], window: int,
-                   seed: int = 0) -> list[list[int]]:
-    """Regroup a seeded batch plan by length, ``window`` consecutive steps at a time.
-
-    The items of each window (the same items, drawn by the same seeded shuffle) are sorted by
-    length and cut into batches of the original sizes, so each batch pads less; the batches of a
-    window are then put in a seeded order. Deterministic for a given plan, lengths and seed."""
-    if window <= 1:
-        return [list(b) for b in plan]
-    out: list[list[int]] = []
-    for start in range(0, len(plan), window):
-        chunk = [list(b) for b in plan[start:start + window]]
-        items = sorted((i for b in chunk for i in b), key=lambda i: (-lengths(i), i))
-        regrouped, at = [], 0
-        for b in chunk:
-            regrouped.append(items[at:at + len(b)])
-            at += len(b)
-        random.Random(seed * 1_000_003 + start).shuffle(regrouped)
-        out.extend(regrouped)
-    return out
-
-
 # The held-out slice is a random draw of lengths (MMLU: 99 to 555 tokens), generated in batches of
 # similar length rather than padded to its longest prompt (2.6x the real tokens in one batch of 16).
 CURVE_MAX_PADDING = 1.25
@@ -268,60 +228,6 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
             loop.advance(on_step, held)
         loop.stop_if_held(held)
     return loop.result()
-
-
-HELD = ("\nstopping once this tuning step is done, to keep it for the next run (interrupt again to stop at once, "
-        "losing the step)\n")
-
-
-class HeldInterrupts:
-    """SIGINT and SIGTERM during tuning. Inside ``holding()`` (a step's update: seconds to a minute on a worked
-    solution) the first one is held, said once on stderr, and raised by ``raise_held`` once the step is whole; a
-    second one, or one outside ``holding()`` (a curve point's scoring: minutes), is raised where it lands, by the
-    handler there was before (KeyboardInterrupt; the command line's SIGTERM, softeval.cli.app). Only a handler of
-    Python's own is taken over, and only in the main thread (elsewhere no handler can be set): otherwise nothing
-    changes. The handlers before are put back on exit."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.before: dict[int, Callable] = {}
-        self.held: int | None = None  # the signal held until the step is whole
-        self.inside = False
-
-    def __enter__(self) -> HeldInterrupts:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                handler = signal.getsignal(sig)
-                if callable(handler):
-                    self.before[sig] = handler
-                    signal.signal(sig, self._caught)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.before.items():
-            signal.signal(sig, handler)
-
-    def _caught(self, signum, frame) -> None:
-        if self.inside and self.held is None:
-            self.held = signum
-            os.write(2, HELD.encode())  # a signal handler: no print, which may be writing already
-            return
-        self.before[signum](signum, frame)
-
-    @contextmanager
-    def holding(self) -> Iterator[None]:
-        self.inside = True
-        try:
-            yield
-        finally:
-            self.inside = False
-
-    def raise_held(self) -> None:
-        """Raise the held signal, as its handler before would have (nothing when none is held)."""
-        if self.held is not None:
-            signum, self.held = self.held, None
-            self.before[signum](signum, None)
 
 
 def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, name: Spelling) -> SoftPrompt:
