@@ -163,6 +163,17 @@ def _seen(curve: list[dict]) -> list[tuple]:
     return [(p["step"], p["loss"], p["format_rate"], p["accuracy"], p.get("held_out_loss")) for p in curve]
 
 
+def _signal_setup(lm) -> tuple:
+    """The signal tests' tuning: the toy format task, 6 steps with a curve point every 3; the uninterrupted run
+    (``full``) to compare the resumed one with; ``real``, the loss the signalled stand-in calls, and ``calls``."""
+    task = format_task()
+    prompter = Prompter(lm, task, chat=False, shots=[])
+    items = task.load().tune
+    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
+    full = tune(lm, prompter, items[4:], items[:4], cfg)
+    return prompter, items, cfg, full, tuning_loss.target_loss_backward, []
+
+
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, KeyboardInterrupt),
                                          (signal.SIGTERM, SystemExit)])  # SystemExit: a Ray worker's handler
 @pytest.mark.parametrize("at_call", [2, 5])  # step 2's backward; step 5's (after the curve point of step 3)
@@ -179,12 +190,7 @@ def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(
     def stop(signum, frame):
         raise Stopped  # stands in for the command line's SIGTERM handler (softeval.cli.app), or a Ray worker's
 
-    task = format_task()
-    prompter = Prompter(lm, task, chat=False, shots=[])
-    items = task.load().tune
-    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
-    full = tune(lm, prompter, items[4:], items[:4], cfg)
-    real, calls = tuning_loss.target_loss_backward, []
+    prompter, items, cfg, full, real, calls = _signal_setup(lm)
 
     def signalled(*args, **kw):
         calls.append(1)
@@ -214,12 +220,7 @@ def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(
 def test_a_second_signal_during_a_held_step_stops_at_once_undoing_it(lm, tmp_path, monkeypatch, capfd):
     """Ctrl-C twice in step 2's backward: the first is held, the second stops at once; step 2 is undone, step 1
     (the last whole one) kept, and the resumed run repeats step 2 and ends bit-identical."""
-    task = format_task()
-    prompter = Prompter(lm, task, chat=False, shots=[])
-    items = task.load().tune
-    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
-    full = tune(lm, prompter, items[4:], items[:4], cfg)
-    real, calls = tuning_loss.target_loss_backward, []
+    prompter, items, cfg, full, real, calls = _signal_setup(lm)
 
     def signalled(*args, **kw):
         calls.append(1)
@@ -244,12 +245,7 @@ def test_a_second_signal_during_a_held_step_stops_at_once_undoing_it(lm, tmp_pat
 def test_a_signal_held_at_a_curve_step_keeps_it_with_its_point_to_score(lm, tmp_path, monkeypatch):
     """A signal during step 3's update (a curve step) stops before its held-out scoring (minutes on worked
     solutions): step 3 is kept with its point to score; the resumed run scores it first, bit-identical."""
-    task = format_task()
-    prompter = Prompter(lm, task, chat=False, shots=[])
-    items = task.load().tune
-    cfg = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4, early_stop=False)
-    full = tune(lm, prompter, items[4:], items[:4], cfg)
-    real, calls = tuning_loss.target_loss_backward, []
+    prompter, items, cfg, full, real, calls = _signal_setup(lm)
 
     def signalled(*args, **kw):
         calls.append(1)
