@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval.methods import known, spec_of, tuned_names
-from softeval.store.format import task_folder
+from softeval.store.format import task_label
 from softeval.store.record import RESULTS_FORMAT_VERSION
 
 
@@ -117,7 +117,7 @@ def write_run(out: Path, model: str, task: str, method: str, correct: Sequence[b
     """Write one run folder; outcome lists default to 'format always followed, lenient = strict'."""
     samples = _samples(task, correct, items)
     variant = (extras.config or {}).get("prompt_variant", 0)  # a prompt variant's runs lie in <task>@v<N>
-    run_dir = (out / model.replace("/", "--") / task_folder(task, variant) / method
+    run_dir = (out / model.replace("/", "--") / task_label(task, variant) / method
                / f"seed{seed}{'.partial' if extras.partial else ''}")
     run_dir.mkdir(parents=True, exist_ok=True)
     n = len(samples)
