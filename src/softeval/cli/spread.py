@@ -20,12 +20,13 @@ def print_spread(console: Console, found: list[Spread], tests: list[SpreadTest])
         return
     variants = ", ".join(map(str, sorted({v for s in found for v in s.variants})))
     table = Table(title=escape(f"across prompt variants {variants}: mean [min, max] (std)"))
-    for column in ("model", "task", "method", "seed", "accuracy", "format"):
-        table.add_column(column, no_wrap=column != "model")
+    for column in ("model", "task", "method", "seed", "accuracy", "format", "accuracy by variant"):
+        table.add_column(column, no_wrap=column not in ("model", "accuracy by variant"))
     for s in found:
         cells = [f"{m.mean:.3f} [{m.low:.2f}, {m.high:.2f}]" + (f" ({m.std:.3f})" if m.std is not None else "")
                  for m in (s.accuracy, s.format_rate)]
-        table.add_row(s.model, s.task, s.method, str(s.seed), *cells)
+        each = " ".join(f"{v}: {a:.2f}" for v, a in zip(s.variants, s.accuracy.values))
+        table.add_row(s.model, s.task, s.method, str(s.seed), *cells, each)
     console.print(table)
     for test in tests:
         line = Text(f"spread, {test.method} vs {test.baseline}: ", style="bold")
