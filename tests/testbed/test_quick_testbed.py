@@ -45,7 +45,7 @@ def test_the_quick_testbed_writes_its_models_runs_sweep_file_and_summary(quick):
     variants = data["prompt_variants"]
     assert variants["k"] == 2 and list(variants["methods"]) == list(names())
     for cell in variants["methods"].values():
-        assert cell["stability_pairs"] == 1 and len(cell["tau_post_per_variant"]) == 2
+        assert cell["stability_pairs"] + cell["pairs_all_tied"] == 1 and len(cell["tau_post_per_variant"]) == 2
         assert cell["stability"] is None or -1 <= cell["stability"] <= 1
     for method in names():
         assert (out / f"w0-{QUICK[0].name}" / "testbed-qa-w0.yaml@v1" / method / "seed0" / "results.json").is_file()

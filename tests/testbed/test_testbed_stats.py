@@ -71,5 +71,12 @@ def test_stability_across_prompt_variants_by_hand():
     assert zero["tau_post_per_variant"] == pytest.approx([1.0, 1.0, -1.0])
     assert zero["tau_post_min"] == -1.0 and zero["tau_post_max"] == 1.0
     assert zero["tau_post_std"] == pytest.approx(stats.tstd([1.0, 1.0, -1.0]), abs=1e-4)
+    assert zero["pairs_all_tied"] == 0
+    # a variant under which every model scores the same has no ranking: its pairs are left out, and counted
+    flat = per_variant + [[world(0, {"soft-prompt": TRUE, "zero-shot": [0.0] * len(TRUE)}, TRUE, TRUE)]]
+    zero = variant_stability(flat)["methods"]["zero-shot"]
+    assert zero["stability_pairs"] == 3 and zero["pairs_all_tied"] == 3
+    assert zero["stability"] == pytest.approx((1 - 1 - 1) / 3, abs=1e-4)
+    assert zero["tau_post_per_variant"][3] is None and zero["tau_post_min"] == -1.0
     one = variant_stability(per_variant[:1])["methods"]["zero-shot"]
     assert one["stability"] is None and one["tau_post_std"] is None  # one variant: no stability to speak of

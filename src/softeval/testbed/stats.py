@@ -89,8 +89,11 @@ def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
     """How far each method's ranking of the base models moves with the prompt's format (tasks/variants.py):
     ``per_variant[v]`` holds every world scored under prompt variant v. Per method, ``stability``: the mean over
     worlds and over pairs of variants of the Kendall tau between the rankings under the two variants (1: the same
-    ranking whatever the format; None with one variant); ``tau_post_per_variant``: the tau against the post-trained
-    ranking under each variant (mean over worlds), with its mean, min, max and standard deviation across variants."""
+    ranking whatever the format; None with one variant), over the ``stability_pairs`` pairs that have a tau, and
+    ``pairs_all_tied``: the pairs left out because one ranking was all ties (every model scored the same: no
+    ranking to compare); ``tau_post_per_variant``: the tau against the post-trained ranking under each variant (mean
+    over worlds; None where every world's ranking was all ties), with its mean, min, max and standard deviation
+    across the variants that have one."""
     k = len(per_variant)
     out: dict = {"k": k, "methods": {}}
     for method in per_variant[0][0].base:
@@ -101,9 +104,11 @@ def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
         vs_post = [_nanmean([rank_correlations(scores[v][w], posts[w])[0] for w in range(len(posts))])
                    for v in range(k)]
         finite = [t for t in vs_post if t is not None]
+        ranked = [t for t in pairs if t is not None and np.isfinite(t)]
         out["methods"][method] = {
-            "stability": _nanmean(pairs) if pairs else None,
-            "stability_pairs": len(pairs),
+            "stability": _nanmean(ranked) if ranked else None,
+            "stability_pairs": len(ranked),
+            "pairs_all_tied": len(pairs) - len(ranked),
             "tau_post_per_variant": vs_post,
             "tau_post_mean": _nanmean(finite) if finite else None,
             "tau_post_min": min(finite) if finite else None,
