@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -227,8 +228,8 @@ def _results_table(results: list[dict]) -> Table:
     first = results[0]
     present = [m for m in METRICS if any(m in r["metrics"] for r in results)]
     interval = "95% Wilson interval" + ("; f1: normal" if "f1" in present else "")
-    table = Table(title=f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
-                        f"value [{interval}]")
+    table = Table(title=escape(f"{first['model']} ({first['model_kind']}) on {first['task']}, n={first['n']}; "
+                               f"value [{interval}]"))
     table.add_column("method", no_wrap=True, min_width=11)
     for metric in present:
         table.add_column(SHORT[metric], justify="right", min_width=9)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from softeval import methods
@@ -129,8 +130,8 @@ def _tau(cell: dict) -> str:
 
 def print_summary(console: Console, summary: dict, path: Path) -> None:
     seeds = summary["world_seeds"]
-    table = Table(title=f"Kendall tau per method, mean over world seeds {seeds}: [interval over items] "
-                        "[interval over world seeds]")
+    table = Table(title=escape(f"Kendall tau per method, mean over world seeds {seeds}: [interval over items] "
+                               "[interval over world seeds]"))
     table.add_column("method (base models)")
     for t in TARGETS:
         table.add_column({"post": "vs post-trained", "seen": "vs facts trained on", "cloze": "vs cloze"}[t])
@@ -145,10 +146,36 @@ def print_summary(console: Console, summary: dict, path: Path) -> None:
         recipes.add_row(name, *(_num(v) for v in (row["truth"]["seen_share"], row["truth"]["cloze"])),
                         *(_num(v) for v in row["scores"].values()))
     console.print(recipes)
+    variants = summary.get("prompt_variants") or {}
+    if variants.get("k", 1) > 1:
+        console.print(_variant_table(variants))
     for c in summary["controls"]:
         console.print(f"control {c['recipe']} ({c['rule']}): {'held' if c['held'] else 'DID NOT HOLD'}; "
                       + "; ".join(c["details"]), markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _variant_table(variants: dict) -> Table:
+    """Each method's ranking across the prompt variants (stats.variant_stability): n/a where every model scored
+    the same (no ranking)."""
+    k = variants["k"]
+    table = Table(title=f"rankings across {k} prompt variants, mean over world seeds: stability (mean tau between "
+                        "two variants' rankings) and tau vs post-trained per variant; n/a: every model scored the same")
+    for col in ["method (base models)", "stability", "pairs ranked", "tau vs post-trained, variants 0-" + str(k - 1),
+                escape("mean [min, max] std")]:
+        table.add_column(col, justify="left" if col.startswith(("method", "tau")) else "right")
+    for method, m in variants["methods"].items():
+        spread = "n/a" if m["tau_post_mean"] is None else (
+            f"{m['tau_post_mean']:+.2f} [{m['tau_post_min']:+.2f}, {m['tau_post_max']:+.2f}]"
+            + ("" if m["tau_post_std"] is None else f" {m['tau_post_std']:.2f}"))
+        table.add_row(method, _signed(m["stability"]),
+                      f"{m['stability_pairs']} of {m['stability_pairs'] + m['pairs_all_tied']}",
+                      ", ".join(_signed(t) for t in m["tau_post_per_variant"]), spread)
+    return table
+
+
+def _signed(v) -> str:
+    return "n/a" if v is None else f"{v:+.2f}"
 
 
 def _num(v) -> str:
