@@ -45,3 +45,23 @@ def test_an_lm_eval_task_is_scored_under_its_own_prompt_only_and_the_sweep_says_
     found, _ = jobs(tmp_path, tasks=["lm-eval:arc_easy"], prompt_variants=3)
     assert {v for _, _, v in found} == {0}
     assert "keeps lm-eval's prompt, so it is scored under variant 0 only" in capsys.readouterr().err
+
+
+def test_a_variant_the_task_does_not_have_is_refused_before_any_worker_starts(tmp_path):
+    """squad has 72 formats (0-71; tasks/variants.py ``count``): the driver refuses what a worker would refuse."""
+    with pytest.raises(UserError, match=r"model smollm2-135m-instruct, task squad: 'prompt_variant: 80': task squad "
+                                        r"has prompt variants 0 to 71"):
+        jobs(tmp_path, tasks=[{"name": "squad", "prompt_variant": 80}])
+
+
+def test_more_variants_than_a_task_file_has_are_refused_by_the_driver(tmp_path):
+    """A task file with no instruction and free-form answers has 36 formats: ``prompt_variants: 40`` passes the
+    schema (1-64) but not the task."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(f'{{"q": "question {i}?", "a": "{i}"}}\n' for i in range(6)))
+    task = tmp_path / "qa.yaml"
+    task.write_text(f"name: qa\ndata: {data}\nanswer_field: a\nanswer_regex: '\\d+'\n"
+                    "prompt: 'Question: {{ q }}\\nAnswer:'\n")
+    with pytest.raises(UserError, match=r"task .*qa.yaml: prompt_variants: 40: task qa has no 40 prompt variants: "
+                                        r"it has 36 \(0 to 35\)"):
+        jobs(tmp_path, tasks=[str(task)], prompt_variants=40)

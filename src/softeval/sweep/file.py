@@ -28,7 +28,7 @@ from softeval.methods import SOFT_PROMPT, default_names, spec_of
 from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.groups import group_record
-from softeval.run.pipeline import own_folder
+from softeval.run.pipeline import check_variants, own_folder
 from softeval.run.validate import check_config
 from softeval.sweep.entries import (
     WARM_STEPS_FRACTION,
@@ -42,7 +42,9 @@ from softeval.sweep.entries import (
     task_entries,
 )
 from softeval.sweep.schema import DEFAULT_RETRIES, ModelSpec, SeriesSpec, TaskSpec, checked
+from softeval.tasks import get_task
 from softeval.tasks.lmeval_bridge import is_lmeval
+from softeval.tasks.variants import variant_task
 from softeval.yamlfile import BoundedLoader, read_yaml
 
 
@@ -185,7 +187,7 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
         options = merged_levels((shared, model.options, task.options),
                                 f"{where}, model {model.label}, task {task.name}")
         methods, seeds = options.pop("methods"), options.pop("seeds")
-        variants = prompt_variants(options, task.name, where)
+        variants = prompt_variants(options, task.name, f"{where}, model {model.label}, task {task.name}")
         for seed, variant, method in product(seeds, variants, methods):
             config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed, out=str(out),
                                kind=model.kind, series=model.series, step=model.step,
@@ -217,15 +219,24 @@ def merged_levels(levels: tuple[dict[str, Any], ...], where: str) -> dict[str, A
 
 def prompt_variants(options: dict[str, Any], task: str, where: str) -> list[int]:
     """The prompt variants a job's ``prompt_variants: K`` asks of ``task`` (0 to K-1; popped from ``options``), or
-    its one ``prompt_variant`` (default 0). An lm-eval task keeps lm-eval's prompt: variant 0 only, said once."""
+    its one ``prompt_variant`` (default 0). An lm-eval task keeps lm-eval's prompt: variant 0 only, said once.
+    A variant the task does not have is refused here, before any worker starts, as `softeval run` refuses it."""
     count = options.pop("prompt_variants", None)
     if count is None:
-        return [options.pop("prompt_variant", 0)]
+        variant = options.pop("prompt_variant", 0)
+        if variant:
+            variant_task(get_task(task, options.get("include_path")), variant, f"{where}: 'prompt_variant: {variant}'")
+        return [variant]
     if count > 1 and is_lmeval(task):
-        message_console().print(f"note: {where}, task {task}: an lm-eval task keeps lm-eval's prompt, so it is scored "
-                                f"under variant 0 only ('prompt_variants: {count}' applies to its other tasks)",
+        message_console().print(f"note: {where}: an lm-eval task keeps lm-eval's prompt, so it is scored under "
+                                f"variant 0 only ('prompt_variants: {count}' applies to its other tasks)",
                                 style="yellow", markup=False)
         return [0]
+    if count > 1:
+        try:
+            check_variants(get_task(task, options.get("include_path")), count, SWEEP_FILE)
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
     return list(range(count))
 
 
