@@ -104,9 +104,9 @@ def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
         vs_post = [_nanmean([rank_correlations(scores[v][w], posts[w])[0] for w in range(len(posts))])
                    for v in range(k)]
         finite = [t for t in vs_post if t is not None]
-        ranked = [t for t in pairs if t is not None and np.isfinite(t)]
+        ranked = [t for t in pairs if np.isfinite(t)]  # rank_correlations: nan where a ranking is all ties
         out["methods"][method] = {
-            "stability": _nanmean(ranked) if ranked else None,
+            "stability": _nanmean(ranked),
             "stability_pairs": len(ranked),
             "pairs_all_tied": len(pairs) - len(ranked),
             "tau_post_per_variant": vs_post,
