@@ -64,3 +64,22 @@ def test_a_refusal_names_the_entry_the_key_is_written_in(tmp_path, capsys):
         path.write_text(f"out: out\n{models}{text}\n")
         assert cli.main(["sweep", str(path), "--dry-run"]) == 2
         assert one_line_error(capsys) == f"error: sweep file {path}, {said}"
+
+
+def test_options_no_run_of_a_pair_uses_are_named_once_before_anything_runs(tmp_path, capsys):
+    """As `softeval run` names the options it was given and does not use (validate.unused_note), a sweep names, once
+    per task and before the plan, the keys written at any level that none of the pair's methods reads, and
+    ``permutations`` on a task that is not multiple choice; an option some method reads is not named."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("out: out\nmodels: [smollm2-135m-instruct, gemma-3-270m]\nmethods: [zero-shot, few-shot]\n"
+                    "tasks: [gsm8k, {name: arc_easy, lora_rank: 4}]\nsteps: 40\npermutations: 2\nshots: 3\n")
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: sweep file {path}, task gsm8k: 'steps', 'permutations' have no effect on its runs ('steps': not read "
+        "by methods zero-shot, few-shot; 'permutations': task gsm8k is not multiple choice)",
+        f"note: sweep file {path}, task arc_easy: 'steps', 'lora_rank' have no effect on its runs ('steps', "
+        "'lora_rank': not read by methods zero-shot, few-shot)"]
+    path.write_text("out: out\nmodels: [smollm2-135m-instruct]\ntasks: [arc_easy]\nsteps: 40\npermutations: 2\n")
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 0
+    assert "note:" not in capsys.readouterr().err

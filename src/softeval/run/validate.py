@@ -318,11 +318,12 @@ def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
 
 
 def unused_note(cfg: RunConfig, given: Collection[str], multiple_choice: bool,
-                name: Spelling = COMMAND_LINE) -> str | None:
+                name: Spelling = COMMAND_LINE, runs: str = "this run") -> str | None:
     """The one line naming the options ``given`` (the keys the user set) that the run of ``cfg`` does not use, or
     None: those no method of the run reads (each spec's ``reads``: softeval.methods, the rule the run's identity
     follows) and ``permutations`` on a task that is not ``multiple_choice`` (it reorders the options of
-    multiple-choice items: ``Job.prepare`` and ``score_items`` read it only there)."""
+    multiple-choice items: ``Job.prepare`` and ``score_items`` read it only there). ``runs``: what it has no effect
+    on (a sweep's note: "its runs")."""
     unread = [k for k in OPTIONS if k in given and not any(spec_of(m).reads_option(k) for m in cfg.methods)]
     unpermuted = "permutations" in given and not multiple_choice and "permutations" not in unread
     unused = unread + ["permutations"] * unpermuted
@@ -337,7 +338,7 @@ def unused_note(cfg: RunConfig, given: Collection[str], multiple_choice: bool,
         why.append(f"{keys(unread)}: not read by method{'s' * (len(cfg.methods) > 1)} {', '.join(cfg.methods)}")
     if unpermuted:
         why.append(f"{name.key('permutations')}: task {cfg.task} is not multiple choice")
-    return f"note: {keys(unused)} {'has' if len(unused) == 1 else 'have'} no effect on this run ({'; '.join(why)})"
+    return f"note: {keys(unused)} {'has' if len(unused) == 1 else 'have'} no effect on {runs} ({'; '.join(why)})"
 
 
 def init_note(cfg: RunConfig, instruction: str | None, name: Spelling = COMMAND_LINE) -> str | None:

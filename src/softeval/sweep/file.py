@@ -29,7 +29,7 @@ from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.groups import group_record
 from softeval.run.pipeline import check_variants, own_folder
-from softeval.run.validate import check_config
+from softeval.run.validate import check_config, unused_note
 from softeval.sweep.entries import (
     WARM_STEPS_FRACTION,
     ModelEntry,
@@ -183,10 +183,14 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
     it; ``shared``: the top level's options, which a model's and then a task's override."""
     jobs: list[SweepJob] = []
     previous: dict[tuple, SweepJob] = {}  # (series, task, seed, variant) -> the last checkpoint's soft-prompt job
+    notes: dict[str, None] = {}  # each distinct unused-options note, once, in order
     for model, task in product(models, tasks):
-        options = merged_levels((shared, model.options, task.options),
-                                f"{where}, model {model.label}, task {task.name}")
+        levels = (shared, model.options, task.options)
+        options = merged_levels(levels, f"{where}, model {model.label}, task {task.name}")
         methods, seeds = options.pop("methods"), options.pop("seeds")
+        note = _unused(model.name, task.name, methods, {key for level in levels for key in level}, options, spelling)
+        if note:
+            notes.setdefault(f"note: {where}, task {task.name}: {note}")
         variants = prompt_variants(options, task.name, f"{where}, model {model.label}, task {task.name}")
         for seed, variant, method in product(seeds, variants, methods):
             config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed, out=str(out),
@@ -194,7 +198,18 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
                                **{**options, "prompt_variant": variant})
             _check_config(config, f"{where}, model {model.label}, task {task.name}", spelling, local)
             jobs.append(_warm_start(SweepJob(model, config, len(jobs)), previous))
+    for note in notes:
+        message_console().print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
     return jobs
+
+
+def _unused(model: str, task: str, methods: list[str], given: set[str], options: dict[str, Any], name: Spelling) -> str | None:
+    """What `softeval run` says of the options ``given`` at any level that none of the pair's ``methods`` reads, or
+    ``permutations`` on a task that is not multiple choice (``validate.unused_note``), without its 'note: '."""
+    config = RunConfig(model=model, task=task, methods=tuple(methods))
+    multiple_choice = "permutations" not in given or get_task(task, options.get("include_path")).multiple_choice
+    note = unused_note(config, given, multiple_choice, name, runs="its runs")
+    return note and note.removeprefix("note: ")
 
 
 VARIANT_KEYS = ("prompt_variant", "prompt_variants")  # one variant, or K of them: a level sets one
