@@ -5,6 +5,7 @@ files are one line and exit 2 before any job starts."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -588,3 +589,26 @@ def test_the_sweep_joins_a_ray_start_cluster_with_token_authentication_by_host_p
         "see 'A Ray cluster' in docs/reference/sweeps.md",
         "a task ran on 1.0 CPU"], joined.stderr[-3000:]
     assert "Unauthenticated" not in joined.stderr
+
+
+def test_a_folder_the_sweep_s_report_leaves_out_is_named_on_the_terminal(tmp_path):
+    """A damaged run in a sweep's out (another run's, which no job of the sweep redoes) was named in report.html's
+    skipped section only: the sweep's summary names it too, with why, as `softeval report` does."""
+    from runfactory import outcomes, write_run
+
+    from rich.console import Console
+
+    from softeval.sweep.driver import SweepResult, _finish
+    from softeval.sweep.view import SweepView
+
+    write_run(tmp_path / "out", "model-a", "mmlu", "zero-shot", outcomes(10, 0.5))
+    damaged = write_run(tmp_path / "out", "model-b", "mmlu", "zero-shot", outcomes(10, 0.5))
+    (damaged / "results.json").write_text((damaged / "results.json").read_text()[:40])
+    sweep = load_sweep(write_sweep(tmp_path, {"out": "out", "models": ["gemma-3-270m"], "tasks": ["arc_easy"],
+                                              "methods": ["zero-shot"]}))
+    result, console = SweepResult([], 1.0), Console(file=io.StringIO(), width=400)
+    _finish(sweep, result, True, console)
+    [note] = result.notes
+    assert note.startswith(f"skipped {damaged}: results.json is not valid JSON") and "left out of the report" in note
+    SweepView(console, []).summary(result)
+    assert f"note: skipped {damaged}: results.json is not valid JSON" in console.file.getvalue()

@@ -428,8 +428,9 @@ def _error_line(err: Exception) -> str:
 
 
 def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> None:
-    """compare.json (with >= 3 base/post-trained pairs) and report.html in out. A rerun that ran nothing
-    leaves existing files untouched."""
+    """compare.json (with >= 3 base/post-trained pairs) and report.html in out, each folder the report leaves out
+    named in ``result.notes`` (as `softeval report` names it). A rerun that ran nothing leaves existing files
+    untouched."""
     compare_path, report_path = sweep.out / COMPARE_FILE, sweep.out / REPORT_FILE
     pairs = sweep.pairs if len(sweep.pairs) >= MIN_PAIRS else None
     if not sweep.out.is_dir():
@@ -447,5 +448,6 @@ def _finish(sweep: Sweep, result: SweepResult, ran: bool, console: Console) -> N
     if ran or not report_path.exists():
         from softeval.analysis.report import build_report  # lazy: it imports matplotlib, slow to import
 
-        build_report(sweep.out, report_path, pairs)
+        build_report(sweep.out, report_path, pairs, on_skip=lambda path, why: result.notes.append(
+            f"skipped {path}: {why} (left out of the report)"))
     result.report_path = report_path
