@@ -594,9 +594,8 @@ def test_the_sweep_joins_a_ray_start_cluster_with_token_authentication_by_host_p
 def test_a_folder_the_sweep_s_report_leaves_out_is_named_on_the_terminal(tmp_path):
     """A damaged run in a sweep's out (another run's, which no job of the sweep redoes) was named in report.html's
     skipped section only: the sweep's summary names it too, with why, as `softeval report` does."""
-    from runfactory import outcomes, write_run
-
     from rich.console import Console
+    from runfactory import outcomes, write_run
 
     from softeval.sweep.driver import SweepResult, _finish
     from softeval.sweep.view import SweepView

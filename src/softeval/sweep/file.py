@@ -203,7 +203,8 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
     return jobs
 
 
-def _unused(model: str, task: str, methods: list[str], given: set[str], options: dict[str, Any], name: Spelling) -> str | None:
+def _unused(model: str, task: str, methods: list[str], given: set[str], options: dict[str, Any],
+            name: Spelling) -> str | None:
     """What `softeval run` says of the options ``given`` at any level that none of the pair's ``methods`` reads, or
     ``permutations`` on a task that is not multiple choice (``validate.unused_note``), without its 'note: '."""
     config = RunConfig(model=model, task=task, methods=tuple(methods))
