@@ -4,29 +4,14 @@ bootstrap test's pairing, and the sentence rules for every input (hypothesis), K
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from runfactory import variant_run as run
 
 from softeval.analysis.spread import MIN_ITEMS, MIN_VARIANTS, SpreadTest, sentence, spread_test, spread_tests, spreads
-from softeval.store.format import Run, task_label
-
-
-def run(method: str, variant: int, correct: list[bool], strict: list[bool] | None = None, seed: int = 0,
-        task: str = "mmlu") -> Run:
-    """A finished run of ``method`` under ``variant``: one sample per item, ``correct`` and in format as given."""
-    strict = strict if strict is not None else [True] * len(correct)
-    samples = [{"id": f"q{i}", "correct": c, "strict": "A" if s else None} for i, (c, s) in enumerate(zip(correct,
-                                                                                                         strict))]
-    n = len(correct)
-    results = {"model": "m", "task": task, "method": method, "seed": seed, "n": n,
-               "metrics": {"accuracy": {"value": sum(correct) / n}, "format_rate": {"value": sum(strict) / n}},
-               "config": {"prompt_variant": variant} if variant else {}}
-    path = Path("runs/m") / task_label(task, variant) / method / f"seed{seed}"
-    return Run(path, str(path), results, samples)
 
 
 def test_the_statistics_against_a_hand_computed_case():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from softeval.methods import known, spec_of, tuned_names
-from softeval.store.format import task_label
+from softeval.store.format import Run, task_label
 from softeval.store.record import RESULTS_FORMAT_VERSION
 
 
@@ -191,3 +191,18 @@ def demo_runs(out: Path, n: int = 60, name_prefix: str = "") -> list[tuple[str, 
                   extras=Extras(model_kind="post-trained"))
         pairs.append((base, partner))
     return pairs
+
+
+def variant_run(method: str, variant: int, correct: list[bool], strict: list[bool] | None = None, seed: int = 0,
+        task: str = "mmlu") -> Run:
+    """A finished run of ``method`` under ``variant`` as analysis.compare.load_runs gives it, held in memory (no
+    folder): one sample per item, ``correct`` and in format as given; for the spread's tests."""
+    strict = strict if strict is not None else [True] * len(correct)
+    samples = [{"id": f"q{i}", "correct": c, "strict": "A" if s else None} for i, (c, s) in enumerate(zip(correct,
+                                                                                                         strict))]
+    n = len(correct)
+    results = {"model": "m", "task": task, "method": method, "seed": seed, "n": n,
+               "metrics": {"accuracy": {"value": sum(correct) / n}, "format_rate": {"value": sum(strict) / n}},
+               "config": {"prompt_variant": variant} if variant else {}}
+    path = Path("runs/m") / task_label(task, variant) / method / f"seed{seed}"
+    return Run(path, str(path), results, samples)

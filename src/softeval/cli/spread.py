@@ -28,7 +28,9 @@ def print_spread(console: Console, found: list[Spread], tests: list[SpreadTest])
         each = " ".join(f"{v}: {a:.2f}" for v, a in zip(s.variants, s.accuracy.values))
         table.add_row(s.model, s.task, s.method, str(s.seed), *cells, each)
     console.print(table)
-    for test in tests:
-        line = Text(f"spread, {test.method} vs {test.baseline}: ", style="bold")
+    seeds = len({t.seed for t in tests}) > 1
+    for test in tests:  # each names its model and task: a root of many rows prints many tests
+        which = f"{test.model} on {test.task}" + (f", seed {test.seed}" if seeds else "")
+        line = Text(f"spread, {which}, {test.method} vs {test.baseline}: ", style="bold")
         line.append(test.sentence + ".")
         console.print(line)
