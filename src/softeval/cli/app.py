@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from softeval.cli import analysis, schema, sweep, testbed, track
+from softeval.cli import analysis, schema, show, sweep, testbed, track
 from softeval.cli.groups import print_group_scores
 from softeval.cli.options import add_options, given_options, option_group
 from softeval.cli.spread import print_spread
@@ -115,7 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--source", default="offline")
     tasks.add_argument("--lm-eval", nargs="?", const="*", metavar="PATTERN",
                        help="list lm-eval's tasks (a glob, or a word in the name) as --task lm-eval:NAME takes them")
-    tasks.add_argument("--include-path", metavar="DIR", help="with --lm-eval: also a folder of your own lm-eval YAMLs")
+    tasks.add_argument("--include-path", metavar="DIR",
+                       help="with --lm-eval or --show: also a folder of your own lm-eval YAMLs")
+    tasks.add_argument("--show", metavar="TASK", help="print one scored item's prompt and gold answer, as the bare "
+                                                      "prompt renders it (docs/guide/prompt-variants.md)")
+    tasks.add_argument("--item", type=int, default=0, metavar="N",
+                       help="with --show: the item (default 0: the first item every run scores)")
+    tasks.add_argument("--prompt-variant", type=int, default=None, metavar="N", help="with --show: in format N")
+    tasks.add_argument("--prompt-variants", type=int, default=None, metavar="K",
+                       help="with --show: in formats 0 to K-1")
     tasks.set_defaults(handler=cmd_tasks)
 
     models = sub.add_parser("models", help="list model presets: installed?, kind, parameters")
@@ -171,13 +179,8 @@ def _run_variants(config: RunConfig, variants: int, given) -> int:
     spread across variants."""
     from softeval.analysis.spread import spread_tests, spreads
     from softeval.run.pipeline import found_run, run_variants
-    from softeval.tasks.variants import MOST_VARIANTS
 
-    if not 1 <= variants <= MOST_VARIANTS:
-        raise UserError(f"--prompt-variants {variants}: give 1 to {MOST_VARIANTS}")
-    if config.prompt_variant:
-        raise UserError(f"--prompt-variants {variants} runs variants 0 to {variants - 1}: leave out --prompt-variant "
-                        f"{config.prompt_variant}")
+    show.variants_asked(config.prompt_variant, variants)  # the two flags' rule (also `softeval tasks --show`'s)
     per_variant = run_variants(config, variants, given=given)
     print_table(per_variant[0])
     print_verdicts(config, per_variant[0])
@@ -353,10 +356,16 @@ def cmd_tasks(args) -> int:
     package; an asset package missing) is still listed, with null sizes and a note saying why (and the
     task's ``source_example``, where it has one). ``--lm-eval [PATTERN]``: lm-eval's tasks instead."""
     check_include_path(args.include_path)  # the one rule, as `softeval run` applies it
+    if args.show is not None:
+        return show.cmd_show(args)
+    shown_only = [flag for flag, given in (("--item", args.item), ("--prompt-variant", args.prompt_variant),
+                                           ("--prompt-variants", args.prompt_variants)) if given is not None and given]
+    if shown_only:
+        raise UserError(f"{shown_only[0]} is for --show TASK: add it")
     if args.lm_eval is not None:
         return _lm_eval_tasks(args)
     if args.include_path is not None:
-        raise UserError(f"--include-path {args.include_path} is for lm-eval tasks: add --lm-eval [PATTERN]")
+        raise UserError(f"--include-path {args.include_path} is for lm-eval tasks: add --lm-eval [PATTERN] or --show")
     from softeval.tasks import TASKS  # the task registry: when tasks are listed
 
     rows = [_task_row(task, args.source) for task in TASKS.values()]
