@@ -59,3 +59,13 @@ def test_a_bad_flag_is_one_line_and_exit_2(toymc, capsys, argv, said):
     assert cli.main(["tasks", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {said}"), err
+
+
+def test_json_holds_each_variant_s_prompt_and_target(toymc, capsys):
+    assert cli.main(["tasks", "--show", "toymc", "--prompt-variants", "2", "--item", "1"]) == 0
+    item, blocks = _shown(capsys)
+    assert cli.main(["tasks", "--show", "toymc", "--prompt-variants", "2", "--item", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["task"], r["item"], r["variant"]) for r in rows] == [("toymc", item, 0), ("toymc", item, 1)]
+    assert rows[0]["format"] == "" and rows[1]["format"].startswith("names=")
+    assert [r["prompt"] + r["target"] for r in rows] == [blocks[0], blocks[1]]

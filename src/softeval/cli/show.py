@@ -5,6 +5,7 @@ before any model loads."""
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 
 from softeval.consoles import table_console
@@ -28,7 +29,8 @@ def variants_asked(variant: int | None, variants: int | None) -> list[int]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print item ``--item`` (0: the first item every run scores, whatever its --limit) of ``--show``'s task under each
-    variant asked: its format, then the prompt and the gold answer after it, indented."""
+    variant asked: its format, then the prompt and the gold answer after it, indented (``--json``: a list of objects
+    with ``task``, ``item``, ``variant``, ``format`` ("" for the task's own), ``prompt`` and ``target``)."""
     from softeval.run.pipeline import ITEM_SEED, check_variants
     from softeval.run.prompting import Prompter
     from softeval.tasks import get_task
@@ -44,14 +46,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not 0 <= args.item < len(items):
         raise UserError(f"--item {args.item}: task {task.name} scores items 0 to {len(items) - 1}")
     item = items[args.item]
+    rows = [{"task": task.name, "item": item.id, "variant": variant, "format": shown.prompt_format,
+             # the bare prompt (an lm-eval task renders its own) and the gold answer after it
+             "prompt": Prompter(None, shown, chat=False, shots=[], items=[item]).full_text(item),
+             "target": shown.target(item)} for variant, shown in zip(variants, tasks)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
     console = table_console()
     console.print(f"{task.name}, item {item.id} (item {args.item} of every run; a post-trained model reads it in its "
                   "chat template, few-shot after its shots; each run's samples.jsonl holds every prompt as read)",
                   markup=False, highlight=False, soft_wrap=True)
-    for variant, shown in zip(variants, tasks):
-        prompter = Prompter(None, shown, chat=False, shots=[], items=[item])  # an lm-eval task renders its own
-        text = prompter.full_text(item) + shown.target(item)
-        console.print(f"\nvariant {variant}: {shown.prompt_format or 'the task itself'}", style="bold", markup=False,
+    for row in rows:
+        console.print(f"\nvariant {row['variant']}: {row['format'] or 'the task itself'}", style="bold", markup=False,
                       highlight=False)
-        console.print(textwrap.indent(text, "    ", lambda line: True), markup=False, highlight=False, soft_wrap=True)
+        console.print(textwrap.indent(row["prompt"] + row["target"], "    ", lambda line: True), markup=False,
+                      highlight=False, soft_wrap=True)
     return 0
