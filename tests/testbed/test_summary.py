@@ -31,7 +31,8 @@ def test_the_variant_table_names_rankings_that_are_all_ties():
     variants = {"k": 4, "methods": {
         "zero-shot": {"stability": 0.9037, "stability_pairs": 9, "pairs_all_tied": 9,
                       "tau_post_per_variant": [0.3465, None, 0.3571, 0.3535], "tau_post_mean": 0.3524,
-                      "tau_post_min": 0.3465, "tau_post_max": 0.3571, "tau_post_std": 0.0054},
+                      "tau_post_min": 0.3465, "tau_post_max": 0.3571, "tau_post_std": 0.0054,
+                      "score_per_variant": [0.1417, 0.0, 0.0317, 0.0833]},
         "lora": {"stability": None, "stability_pairs": 0, "pairs_all_tied": 18,
                  "tau_post_per_variant": [None] * 4, "tau_post_mean": None, "tau_post_min": None,
                  "tau_post_max": None, "tau_post_std": None}}}
@@ -40,6 +41,7 @@ def test_the_variant_table_names_rankings_that_are_all_ties():
     assert any("mean [min, max] std" in line for line in lines)
     zero = next(line for line in lines if "zero-shot" in line)
     assert "+0.90" in zero and "9 of 18" in zero and "+0.35, n/a, +0.36, +0.35" in zero
-    assert "+0.35 [+0.35, +0.36] 0.01" in zero
+    assert "+0.35 [+0.35, +0.36] 0.01" in zero and "0.14, 0.00, 0.03, 0.08" in zero
     lora = next(line for line in lines if "lora" in line)
     assert "0 of 18" in lora and lora.count("n/a") == 6  # stability, four variants, the spread
+    assert lora.rstrip(" │").endswith("│ -")  # a testbed.json written before the mean scores were: none shown

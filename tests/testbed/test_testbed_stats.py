@@ -72,11 +72,15 @@ def test_stability_across_prompt_variants_by_hand():
     assert zero["tau_post_min"] == -1.0 and zero["tau_post_max"] == 1.0
     assert zero["tau_post_std"] == pytest.approx(stats.tstd([1.0, 1.0, -1.0]), abs=1e-4)
     assert zero["pairs_all_tied"] == 0
+    for method, got_scores in (("soft-prompt", soft), ("zero-shot", zero)):  # each variant's mean over the models
+        each = [[s.score() for s in worlds[0].base[method]] for worlds in per_variant]
+        assert got_scores["score_per_variant"] == pytest.approx([sum(x) / len(x) for x in each], abs=1e-4)
     # a variant under which every model scores the same has no ranking: its pairs are left out, and counted
     flat = per_variant + [[world(0, {"soft-prompt": TRUE, "zero-shot": [0.0] * len(TRUE)}, TRUE, TRUE)]]
     zero = variant_stability(flat)["methods"]["zero-shot"]
     assert zero["stability_pairs"] == 3 and zero["pairs_all_tied"] == 3
     assert zero["stability"] == pytest.approx((1 - 1 - 1) / 3, abs=1e-4)
     assert zero["tau_post_per_variant"][3] is None and zero["tau_post_min"] == -1.0
+    assert zero["score_per_variant"][3] == 0.0  # no ranking, but a score: the format costs every model all of it
     one = variant_stability(per_variant[:1])["methods"]["zero-shot"]
     assert one["stability"] is None and one["tau_post_std"] is None  # one variant: no stability to speak of

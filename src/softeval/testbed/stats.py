@@ -93,7 +93,8 @@ def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
     ``pairs_all_tied``: the pairs left out because one ranking was all ties (every model scored the same: no
     ranking to compare); ``tau_post_per_variant``: the tau against the post-trained ranking under each variant (mean
     over worlds; None where every world's ranking was all ties), with its mean, min, max and standard deviation
-    across the variants that have one."""
+    across the variants that have one; ``score_per_variant``: the mean score of the base models under each variant
+    (over worlds and models), which says under which format the method's scores collapse."""
     k = len(per_variant)
     out: dict = {"k": k, "methods": {}}
     for method in per_variant[0][0].base:
@@ -114,6 +115,7 @@ def variant_stability(per_variant: list[list[WorldScores]]) -> dict:
             "tau_post_min": min(finite) if finite else None,
             "tau_post_max": max(finite) if finite else None,
             "tau_post_std": _round(float(np.std(finite, ddof=1))) if len(finite) > 1 else None,
+            "score_per_variant": [_nanmean([x for world in worlds for x in world]) for worlds in scores],
         }
     return out
 

@@ -162,15 +162,16 @@ def _variant_table(variants: dict) -> Table:
     table = Table(title=f"rankings across {k} prompt variants, mean over world seeds: stability (mean tau between "
                         "two variants' rankings) and tau vs post-trained per variant; n/a: every model scored the same")
     for col in ["method (base models)", "stability", "pairs ranked", "tau vs post-trained, variants 0-" + str(k - 1),
-                escape("mean [min, max] std")]:
-        table.add_column(col, justify="left" if col.startswith(("method", "tau")) else "right")
+                escape("mean [min, max] std"), "mean score, variants 0-" + str(k - 1)]:
+        table.add_column(col, justify="left" if col.startswith(("method", "tau", "mean score")) else "right")
     for method, m in variants["methods"].items():
         spread = "n/a" if m["tau_post_mean"] is None else (
             f"{m['tau_post_mean']:+.2f} [{m['tau_post_min']:+.2f}, {m['tau_post_max']:+.2f}]"
             + ("" if m["tau_post_std"] is None else f" {m['tau_post_std']:.2f}"))
         table.add_row(method, _signed(m["stability"]),
                       f"{m['stability_pairs']} of {m['stability_pairs'] + m['pairs_all_tied']}",
-                      ", ".join(_signed(t) for t in m["tau_post_per_variant"]), spread)
+                      ", ".join(_signed(t) for t in m["tau_post_per_variant"]), spread,
+                      ", ".join(_num(x) for x in m.get("score_per_variant", [])) or "-")  # a testbed.json before it
     return table
 
 
