@@ -47,6 +47,10 @@ def test_the_quick_testbed_writes_its_models_runs_sweep_file_and_summary(quick):
     for cell in variants["methods"].values():
         assert cell["stability_pairs"] + cell["pairs_all_tied"] == 1 and len(cell["tau_post_per_variant"]) == 2
         assert cell["stability"] is None or -1 <= cell["stability"] <= 1
+    for method, cell in variants["methods"].items():  # variant 0's mean score: the recipes' scores, averaged
+        assert len(cell["score_per_variant"]) == 2
+        assert cell["score_per_variant"][0] == pytest.approx(
+            sum(data["recipes"][r.name]["scores"][method] for r in QUICK) / len(QUICK), abs=2e-3)
     for method in names():
         assert (out / f"w0-{QUICK[0].name}" / "testbed-qa-w0.yaml@v1" / method / "seed0" / "results.json").is_file()
     assert "Rankings across 2 prompt variants" in (out / REPORT_FILE).read_text()
