@@ -64,7 +64,7 @@ SAMPLE_RUN_COLUMNS = ("model", "task", "method", "seed", "path")
 SPREAD_COLUMNS = ("model", "task", "method", "seed", "variants", "k", "n",
                   *(f"{m}_{s}" for m in ("accuracy", "format_rate") for s in ("mean", "min", "max", "std", "values")))
 SPREAD_TEST_COLUMNS = ("model", "task", "seed", "method", "baseline", "k", "n", "std", "baseline_std", "difference",
-                       "low", "high", "p", "shown", "sentence")
+                       "low", "high", "p", "compared", "sentence")
 
 
 class SkippedRunWarning(UserWarning):

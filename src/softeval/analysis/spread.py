@@ -93,8 +93,9 @@ class SpreadTest:
     p: float
 
     @property
-    def shown(self) -> bool:
-        """Whether enough variants and items were scored for the test to speak (MIN_VARIANTS, MIN_ITEMS)."""
+    def compared(self) -> bool:
+        """Whether enough variants and items were scored for the test to speak (MIN_VARIANTS, MIN_ITEMS); what it then
+        shows, if anything, is its sentence."""
         return self.k >= MIN_VARIANTS and self.n >= MIN_ITEMS
 
     @property
@@ -102,7 +103,7 @@ class SpreadTest:
         return sentence(self)
 
     def row(self) -> dict:
-        return {**asdict(self), "shown": self.shown, "sentence": self.sentence}
+        return {**asdict(self), "compared": self.compared, "sentence": self.sentence}
 
 
 def sentence(test: SpreadTest) -> str:
