@@ -47,6 +47,8 @@ def test_the_test_compares_the_soft_prompt_with_each_other_method_on_shared_item
     assert test.low <= test.difference <= test.high and test.high < 0
     assert test.sentence.startswith("the soft prompt's accuracy moves less with the prompt's format than")
     assert spread_tests(runs) == [test]  # seeded: the same runs give the same interval
+    # every resample falls below 0 here: p is bounded by the resamples, (0 + 1) / (2,000 + 1) twice, never 0
+    assert test.p == pytest.approx(2 / 2001)
 
 
 def test_only_the_variants_and_items_both_methods_scored_are_compared():
