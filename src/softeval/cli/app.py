@@ -117,13 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="list lm-eval's tasks (a glob, or a word in the name) as --task lm-eval:NAME takes them")
     tasks.add_argument("--include-path", metavar="DIR",
                        help="with --lm-eval or --show: also a folder of your own lm-eval YAMLs")
-    tasks.add_argument("--show", metavar="TASK", help="print one scored item's prompt and gold answer, as the bare "
-                                                      "prompt renders it (docs/guide/prompt-variants.md)")
-    tasks.add_argument("--item", type=int, default=0, metavar="N",
-                       help="with --show: the item (default 0: the first item every run scores)")
-    tasks.add_argument("--prompt-variant", type=int, default=None, metavar="N", help="with --show: in format N")
-    tasks.add_argument("--prompt-variants", type=int, default=None, metavar="K",
-                       help="with --show: in formats 0 to K-1")
+    show.add_arguments(tasks)
     tasks.set_defaults(handler=cmd_tasks)
 
     models = sub.add_parser("models", help="list model presets: installed?, kind, parameters")
@@ -358,10 +352,7 @@ def cmd_tasks(args) -> int:
     check_include_path(args.include_path)  # the one rule, as `softeval run` applies it
     if args.show is not None:
         return show.cmd_show(args)
-    shown_only = [flag for flag, given in (("--item", args.item), ("--prompt-variant", args.prompt_variant),
-                                           ("--prompt-variants", args.prompt_variants)) if given is not None and given]
-    if shown_only:
-        raise UserError(f"{shown_only[0]} is for --show TASK: add it")
+    show.refuse_without_show(args)
     if args.lm_eval is not None:
         return _lm_eval_tasks(args)
     if args.include_path is not None:

@@ -12,6 +12,25 @@ from softeval.consoles import table_console
 from softeval.errors import UserError
 
 
+def add_arguments(tasks: argparse.ArgumentParser) -> None:
+    """`softeval tasks`' flags of --show."""
+    tasks.add_argument("--show", metavar="TASK", help="print one scored item's prompt and gold answer, as the bare "
+                                                      "prompt renders it (docs/guide/prompt-variants.md)")
+    tasks.add_argument("--item", type=int, default=0, metavar="N",
+                       help="with --show: the item (default 0: the first item every run scores)")
+    tasks.add_argument("--prompt-variant", type=int, default=None, metavar="N", help="with --show: in format N")
+    tasks.add_argument("--prompt-variants", type=int, default=None, metavar="K",
+                       help="with --show: in formats 0 to K-1")
+
+
+def refuse_without_show(args: argparse.Namespace) -> None:
+    """A flag of --show given to the listing is refused, naming it."""
+    given = [flag for flag, value in (("--item", args.item), ("--prompt-variant", args.prompt_variant),
+                                      ("--prompt-variants", args.prompt_variants)) if value]
+    if given:
+        raise UserError(f"{given[0]} is for --show TASK: add it")
+
+
 def variants_asked(variant: int | None, variants: int | None) -> list[int]:
     """The prompt variants ``--prompt-variant N`` (one) or ``--prompt-variants K`` (0 to K-1) ask for, as `softeval run`
     reads the two flags: K in 1 to MOST_VARIANTS, not both given."""
