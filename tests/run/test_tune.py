@@ -20,6 +20,16 @@ from softeval.run.scoring import score_output
 from softeval.run.tune import Kept, TuneConfig, batches, lr_at, tune
 
 
+@pytest.fixture(autouse=True)
+def _sigint_as_an_interactive_python_has_it():
+    """The signal tests send SIGINT as Ctrl-C would. A process started in the background (``make test &``, nohup)
+    inherits SIGINT ignored, and Python then installs no handler of its own: the held step (run/interrupts.py) keeps
+    the ignore, so no KeyboardInterrupt comes. Each test runs with Python's own handler, as in a terminal."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _format_rate(lm, prompter, items, soft):
     outs = generation.generate(lm, [prompter.ids(e, "soft-prompt") for e in items], soft=soft,
                                max_new_tokens=4, stop=("\n",)).texts

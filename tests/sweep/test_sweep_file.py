@@ -69,7 +69,8 @@ def test_a_refusal_names_the_entry_the_key_is_written_in(tmp_path, capsys):
 def test_options_no_run_of_a_pair_uses_are_named_once_before_anything_runs(tmp_path, capsys):
     """As `softeval run` names the options it was given and does not use (validate.unused_note), a sweep names, once
     per task and before the plan, the keys written at any level that none of the pair's methods reads, and
-    ``permutations`` on a task that is not multiple choice; an option some method reads is not named."""
+    ``permutations`` on a task that is not multiple choice; an option some method reads is not named. A sweep
+    refused by a later check says its one error line only."""
     path = tmp_path / "sweep.yaml"
     path.write_text("out: out\nmodels: [smollm2-135m-instruct, gemma-3-270m]\nmethods: [zero-shot, few-shot]\n"
                     "tasks: [gsm8k, {name: arc_easy, lora_rank: 4}]\nsteps: 40\npermutations: 2\nshots: 3\n")
@@ -83,3 +84,7 @@ def test_options_no_run_of_a_pair_uses_are_named_once_before_anything_runs(tmp_p
     path.write_text("out: out\nmodels: [smollm2-135m-instruct]\ntasks: [arc_easy]\nsteps: 40\npermutations: 2\n")
     assert cli.main(["sweep", str(path), "--dry-run"]) == 0
     assert "note:" not in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    path.write_text("out: file\nmodels: [smollm2-135m-instruct]\ntasks: [gsm8k]\nmethods: [zero-shot]\nsteps: 4\n")
+    assert cli.main(["sweep", str(path), "--dry-run"]) == 2
+    assert "is a file, not a folder" in one_line_error(capsys)  # the error alone: no note before it

@@ -36,7 +36,7 @@ from softeval.store.groups import record_group
 from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
 from softeval.sweep.ray_token import use_token_if_any
-from softeval.sweep.view import SweepView
+from softeval.sweep.view import SweepView, print_notes
 from softeval.sweep.worker import SweepWorker, error_line
 
 
@@ -113,6 +113,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
             ray, own = _connect(address)
             try:
                 _check_cluster(ray, [m for m in sweep.models if any(s.job.model is m for s in todo)])
+                print_notes(sweep)  # every check has passed
                 with view:
                     _Scheduler(ray, sweep, states, view, max_parallel).run()
             finally:  # also on Ctrl-C or SIGTERM (a KeyboardInterrupt): no worker, raylet or helper is left behind

@@ -21,7 +21,6 @@ from typing import Any
 
 import yaml
 
-from softeval.consoles import message_console
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
 from softeval.methods import SOFT_PROMPT, default_names, spec_of
@@ -85,6 +84,9 @@ class Sweep:
     retries: int = DEFAULT_RETRIES
     command: str = "sweep"  # the command that runs it, for the fixes its errors suggest (runs.FIXES)
     groups: list[dict] = field(default_factory=list)  # lm-eval groups' records (store/groups.py), written by run
+    # the options written that no run of a task uses, one line a task (validate.unused_note): said once every check
+    # has passed (view.print_notes), as `softeval run` says them before its model loads
+    notes: list[str] = field(default_factory=list)
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -139,9 +141,9 @@ def parse_sweep(spec: Any, path: Path, where: str | None = None, command: str = 
     models = _models(declared.models, where, here)
     tasks, groups = _tasks(declared.tasks, where, here, shared.get("include_path"))
     check_models(models, where)
-    jobs = _jobs(models, tasks, shared, out, where, spelling, local)
+    jobs, notes = _jobs(models, tasks, shared, out, where, spelling, local)
     _one_writer_per_folder(jobs, where)
-    return Sweep(path, out, models, tasks, jobs, declared.retries, command, groups)
+    return Sweep(path, out, models, tasks, jobs, declared.retries, command, groups, notes)
 
 
 def _models(given: list[str | ModelSpec | SeriesSpec], where: str, here: Path) -> list[ModelEntry]:
@@ -178,9 +180,10 @@ def _tasks(given: list[str | TaskSpec], where: str, here: Path, include_path: st
 
 
 def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, Any], out: Path, where: str,
-          spelling: Spelling, local: bool) -> list[SweepJob]:
+          spelling: Spelling, local: bool) -> tuple[list[SweepJob], list[str]]:
     """One job per model, task, seed and method, in that order, each config checked as `softeval run` checks
-    it; ``shared``: the top level's options, which a model's and then a task's override."""
+    it; ``shared``: the top level's options, which a model's and then a task's override. And the notes on options
+    no run of a task uses (Sweep.notes)."""
     jobs: list[SweepJob] = []
     previous: dict[tuple, SweepJob] = {}  # (series, task, seed, variant) -> the last checkpoint's soft-prompt job
     notes: dict[str, None] = {}  # each distinct unused-options note, once, in order
@@ -191,16 +194,14 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
         note = _unused(model.name, task.name, methods, {key for level in levels for key in level}, options, spelling)
         if note:
             notes.setdefault(f"note: {where}, task {task.name}: {note}")
-        variants = prompt_variants(options, task.name, f"{where}, model {model.label}, task {task.name}")
+        variants = prompt_variants(options, task.name, f"{where}, model {model.label}, task {task.name}", notes)
         for seed, variant, method in product(seeds, variants, methods):
             config = RunConfig(model=model.name, task=task.name, methods=(method,), seed=seed, out=str(out),
                                kind=model.kind, series=model.series, step=model.step,
                                **{**options, "prompt_variant": variant})
             _check_config(config, f"{where}, model {model.label}, task {task.name}", spelling, local)
             jobs.append(_warm_start(SweepJob(model, config, len(jobs)), previous))
-    for note in notes:
-        message_console().print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
-    return jobs
+    return jobs, list(notes)
 
 
 def _unused(model: str, task: str, methods: list[str], given: set[str], options: dict[str, Any],
@@ -233,9 +234,10 @@ def merged_levels(levels: tuple[dict[str, Any], ...], where: str) -> dict[str, A
     return options
 
 
-def prompt_variants(options: dict[str, Any], task: str, where: str) -> list[int]:
+def prompt_variants(options: dict[str, Any], task: str, where: str, notes: dict[str, None]) -> list[int]:
     """The prompt variants a job's ``prompt_variants: K`` asks of ``task`` (0 to K-1; popped from ``options``), or
-    its one ``prompt_variant`` (default 0). An lm-eval task keeps lm-eval's prompt: variant 0 only, said once.
+    its one ``prompt_variant`` (default 0). An lm-eval task keeps lm-eval's prompt: variant 0 only, said once (a
+    line added to ``notes``).
     A variant the task does not have is refused here, before any worker starts, as `softeval run` refuses it."""
     count = options.pop("prompt_variants", None)
     if count is None:
@@ -244,9 +246,8 @@ def prompt_variants(options: dict[str, Any], task: str, where: str) -> list[int]
             variant_task(get_task(task, options.get("include_path")), variant, f"{where}: 'prompt_variant: {variant}'")
         return [variant]
     if count > 1 and is_lmeval(task):
-        message_console().print(f"note: {where}: an lm-eval task keeps lm-eval's prompt, so it is scored under "
-                                f"variant 0 only ('prompt_variants: {count}' applies to its other tasks)",
-                                style="yellow", markup=False)
+        notes.setdefault(f"note: {where}: an lm-eval task keeps lm-eval's prompt, so it is scored under variant 0 "
+                         f"only ('prompt_variants: {count}' applies to its other tasks)")
         return [0]
     if count > 1:
         try:

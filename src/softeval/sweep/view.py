@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from softeval.consoles import LOG_EVERY
+from softeval.consoles import LOG_EVERY, message_console
 from softeval.store.format import folder_name
 
 STYLE = {"queued": "dim", "running": "cyan", "done": "green", "skipped": "dim green", "elsewhere": "yellow",
@@ -53,8 +53,17 @@ def job_table(states, title: str, out: Path | None = None, only=None) -> Table:
     return table
 
 
+def print_notes(sweep) -> None:
+    """The sweep's notes (Sweep.notes: options written that no run of a task uses), on stderr, once every check has
+    passed: before the dry run's plan, and before a sweep's jobs start."""
+    for note in sweep.notes:
+        message_console().print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_plan(console: Console, sweep, states, cluster_gpus: float | None = None) -> None:
-    """The dry run: every job with its run folder and whether it is finished, and each model's resources."""
+    """The dry run: every job with its run folder and whether it is finished, and each model's resources (after
+    the sweep's notes)."""
+    print_notes(sweep)
     console.print(f"{sweep.path}: run folders under {sweep.out}", markup=False, highlight=False)
     table = Table(title=f"{len(states)} runs: {sum(s.state == 'queued' for s in states)} to do, "
                         f"{sum(s.state == 'skipped' for s in states)} finished", title_justify="left")
