@@ -84,3 +84,11 @@ def test_n_of_one_is_not_compared():
     test = spread_test(one[:3], one[3:])
     assert test.n == 1 and test.low == test.high  # one item resampled: no spread at all, so no claim
     assert test.sentence.startswith("spread not compared: 1 shared item ")
+
+
+@pytest.mark.parametrize(("baseline", "said"), [("few-shot", "than the shots':"),
+                                                ("zero-shot", "than the bare prompt's:")])
+def test_each_method_is_named_in_good_english(baseline, said):
+    # the SmolLM2 SQuAD row read "moves more with the prompt's format than the shots's"
+    test = SpreadTest("m", "squad", 0, "soft-prompt", baseline, 3, 100, 0.08, 0.02, 0.06, 0.01, 0.11, 0.01)
+    assert test.sentence.startswith(f"the soft prompt's accuracy moves more with the prompt's format {said}")

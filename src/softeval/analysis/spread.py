@@ -120,10 +120,16 @@ def sentence(test: SpreadTest) -> str:
         return (f"spread not compared: {test.n} shared item{'s' * (test.n != 1)} (it takes {MIN_ITEMS} or more to "
                 f"resample); {numbers}")
     if test.high < 0:
-        return f"{who}'s accuracy moves less with the prompt's format than {other}'s: {numbers}"
+        return f"{_owning(who)} accuracy moves less with the prompt's format than {_owning(other)}: {numbers}"
     if test.low > 0:
-        return f"{who}'s accuracy moves more with the prompt's format than {other}'s: {numbers}"
+        return f"{_owning(who)} accuracy moves more with the prompt's format than {_owning(other)}: {numbers}"
     return f"no difference in spread shown between {who} and {other} (the interval includes 0): {numbers}"
+
+
+def _owning(who: str) -> str:
+    """The possessive of a method's name in words: "the soft prompt's", "the shots'" (a plural in -s takes '
+    alone)."""
+    return f"{who}'" if who.endswith("s") else f"{who}'s"
 
 
 def _who(method: str) -> str:
