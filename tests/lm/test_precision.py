@@ -118,7 +118,7 @@ def test_bf16_tuning_keeps_the_soft_prompt_its_gradient_and_adamw_state_fp32(mon
     assert seen["tuned_on"] == torch.bfloat16
     assert seen["weight"] == seen["grad"] == torch.float32
     assert set(seen["state"].values()) == {torch.float32} and set(seen["state"]) == {"exp_avg", "exp_avg_sq"}
-    assert result.soft.weight.dtype == torch.float32 and torch.isfinite(result.soft.weight).all()
+    assert result.part.weight.dtype == torch.float32 and torch.isfinite(result.part.weight).all()
     assert result.summary()["tune_dtype_ran"] == "bfloat16" and result.summary()["tune_dtype"] == "bfloat16"
     assert precision.model_dtype(lm) == torch.float32
 

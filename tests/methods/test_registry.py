@@ -11,7 +11,8 @@ import pytest
 
 from softeval import methods
 from softeval.errors import UserError
-from softeval.methods import ADAPTER, BASELINE, NOTHING, SOFT_PROMPT, MethodSpec
+from softeval.methods import BASELINE, MethodSpec
+from softeval.methods.part import ADAPTER, INPUT_PREFIX
 from softeval.store.identity import identity_of, reads
 
 BUILT_IN = ("zero-shot", "few-shot", "soft-prompt", "lora")
@@ -23,7 +24,8 @@ def test_the_built_ins_in_table_order_with_their_kinds_and_roles():
     assert methods.default_names() == ("zero-shot", "few-shot", "soft-prompt")
     assert methods.tuned_names() == ("soft-prompt", "lora")
     assert methods.untuned_names() == ("zero-shot", "few-shot")
-    assert [methods.spec_of(m).trains for m in BUILT_IN] == [NOTHING, NOTHING, SOFT_PROMPT, ADAPTER]
+    assert [methods.maker_of(m) and methods.maker_of(m).enters for m in BUILT_IN] == [None, None, INPUT_PREFIX,
+                                                                                        ADAPTER]
     assert [methods.spec_of(m).shots for m in BUILT_IN] == [False, True, False, False]
     assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
     assert methods.order(["lora", "x-later", "zero-shot", "few-shot"]) == ["zero-shot", "few-shot", "lora", "x-later"]
@@ -38,7 +40,8 @@ def test_an_unknown_method_is_one_line_naming_those_there_are():
 @pytest.mark.parametrize("change, message", [
     ({"reads": ("tokens",)}, r"reads \['tokens'\], which are not options only some methods read"),
     ({"role": "judge"}, "role must be one of"),
-    ({"trains": ADAPTER}, "name the folder a finished run keeps it in"),
+    ({"part": "softeval.run.parts:LORA"}, "name the folder a finished run keeps it in"),
+    ({"part": "not a maker"}, "part must name its maker as 'module:attr'"),
     ({"name": "../up"}, "a run folder and `--method a,b` hold it"),
     ({"name": "a,b"}, "a run folder and `--method a,b` hold it"),
     ({"name": ""}, "a run folder and `--method a,b` hold it"),
@@ -88,4 +91,34 @@ def test_no_module_outside_the_registry_names_a_method():
     adapter's settings, not a method."""
     found = {str(p.relative_to(SRC)): n for p in sorted(SRC.rglob("*.py"))
              if not p.relative_to(SRC).parts[0] == "methods" and (n := _method_literals(p))}
-    assert found == {"lm/lora.py": 1, "run/tuned.py": 1}
+    assert found == {"lm/lora.py": 2}
+
+
+PART_CLASSES = {"SoftPrompt", "LoraAdapter", "PrefixPart", "SoftPromptMaker", "LoraMaker", "PrefixMaker"}
+
+
+def _kind_checks(path: Path) -> list[str]:
+    """isinstance on a trained part's class, and reads of a method's kind of part (the removed ``trains``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            found += [f"isinstance {name}" for name in names & PART_CLASSES]
+        kind_call = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "training"
+        if kind_call or isinstance(node, ast.Attribute) and node.attr == "trains" or getattr(node, "id", "") == "TRAINS":
+            found.append(f"line {node.lineno}")
+    return found
+
+
+def test_no_module_outside_methods_asks_what_kind_of_part_a_method_trains():
+    """The tuning loop, the pipeline, validation, sweeps, the CLI and the engines read a part through its interface
+    (methods/part.py) only: no isinstance on a part, no kind of part outside softeval/methods/."""
+    found = {str(p.relative_to(SRC)): k for p in sorted(SRC.rglob("*.py"))
+             if p.relative_to(SRC).parts[0] != "methods" and (k := _kind_checks(p))}
+    assert found == {}
+
+
+def test_every_tuned_method_s_part_is_a_maker_of_trained_parts():
+    for name in methods.tuned_names():
+        maker = methods.maker_of(name)
+        assert {"what", "enters", "warm_starts"} <= set(dir(maker)) and callable(maker.attached), name

@@ -61,7 +61,7 @@ def test_planted_pickle_checkpoint_is_never_unpickled(lm, tmp_path):
     assert not marker.exists()
     assert (tmp_path / "tune_state.pt").read_bytes() == planted and said == []  # not read: no checkpoint file
     fresh = tune(lm, prompter, train, held, CFG)
-    torch.testing.assert_close(resumed.soft.weight, fresh.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, fresh.part.weight, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("damage", ["json-bytes", "tensor-bytes", "tensor-gone", "other-shape", "foreign-json"])
@@ -90,7 +90,7 @@ def test_corrupt_or_foreign_tuning_checkpoint_is_discarded_and_tuning_restarts(l
     assert len(said) == 1 and said[0].startswith("discarded the tuning checkpoint") and "afresh" in said[0]
     assert resumed.resumed_at == []
     fresh = tune(lm, prompter, train, held, CFG)
-    torch.testing.assert_close(resumed.soft.weight, fresh.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, fresh.part.weight, rtol=0, atol=0)
 
 
 def test_checkpoint_of_another_run_identity_is_not_resumed(lm, tmp_path):

@@ -43,7 +43,7 @@ def test_tuning_teaches_the_format(lm):
     before = _format_rate(lm, prompter, splits.eval, None)
     result = tune(lm, prompter, splits.tune[8:], splits.tune[:8],
                   TuneConfig(num_tokens=8, steps=40, batch_size=8, lr=0.1, curve_every=10, curve_items=8))
-    after = _format_rate(lm, prompter, splits.eval, result.soft.weight.detach())
+    after = _format_rate(lm, prompter, splits.eval, result.part.weight.detach())
     assert before <= 0.2
     assert after >= 0.9
     losses = [p["loss"] for p in result.curve if p["loss"] is not None]
@@ -65,8 +65,8 @@ def test_same_seed_same_soft_prompt(lm):
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])
     cfg = TuneConfig(num_tokens=3, steps=4, curve_every=0, seed=7)
-    a = tune(lm, prompter, task.load().tune, [], cfg).soft.weight
-    b = tune(lm, prompter, task.load().tune, [], cfg).soft.weight
+    a = tune(lm, prompter, task.load().tune, [], cfg).part.weight
+    b = tune(lm, prompter, task.load().tune, [], cfg).part.weight
     torch.testing.assert_close(a, b)
 
 
@@ -85,7 +85,7 @@ def test_nan_loss_stops_and_keeps_last_finite(lm, monkeypatch):
     result = tune(lm, prompter, task.load().tune, [], TuneConfig(num_tokens=3, steps=6, curve_every=0))
     assert result.steps_run == 2
     assert "step 3" in result.stopped_early
-    assert torch.isfinite(result.soft.weight).all()
+    assert torch.isfinite(result.part.weight).all()
     assert math.isfinite(result.final_loss)
 
 
@@ -106,7 +106,7 @@ def test_resume_from_checkpoint_matches_uninterrupted(lm, tmp_path, schedule):
     saved = json.loads((tmp_path / "tune_state.json").read_text())  # JSON and safetensors, no pickle
     assert saved["step"] == 3 and saved["seconds"] > 0
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)  # bit-identical
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)  # bit-identical
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
     # The tuning time counts the interrupted process's time up to its checkpoint, and says it resumed.
     assert resumed.seconds > saved["seconds"] and resumed.summary()["resumed_at_steps"] == [3]
@@ -134,7 +134,7 @@ def test_a_kill_before_the_first_step_keeps_the_first_curve_point(lm, tmp_path, 
     monkeypatch.setattr(tune_module, "curve_point", lambda *a, **kw: points.append(1) or real(*a, **kw))
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert len(points) == 2  # steps 3 and 6; step 0 came from the checkpoint
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
 
     def seen(curve):
         return [(p["step"], p["format_rate"], p["accuracy"]) for p in curve]
@@ -165,7 +165,7 @@ def test_an_interrupt_mid_step_keeps_every_whole_step_and_resumes_bit_identical(
     assert saved.get("score_pending", False) == (where == "curve point")
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert resumed.summary()["resumed_at_steps"] == [kept_step]
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
     assert _seen(resumed.curve) == _seen(full.curve)
 
 
@@ -223,7 +223,7 @@ def test_a_signal_mid_step_finishes_the_step_keeps_it_and_resumes_bit_identical(
     assert saved["step"] == at_call == len(calls) and not saved.get("score_pending")  # every step done is kept
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert resumed.summary()["resumed_at_steps"] == [at_call]
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
     assert _seen(resumed.curve) == _seen(full.curve)
 
 
@@ -248,7 +248,7 @@ def test_a_second_signal_during_a_held_step_stops_at_once_undoing_it(lm, tmp_pat
     assert saved["step"] == 1 and not saved.get("score_pending")
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
     assert resumed.summary()["resumed_at_steps"] == [1]
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
     assert _seen(resumed.curve) == _seen(full.curve)
 
 
@@ -270,7 +270,7 @@ def test_a_signal_held_at_a_curve_step_keeps_it_with_its_point_to_score(lm, tmp_
     saved = json.loads((tmp_path / "tune_state.json").read_text())
     assert saved["step"] == 3 and saved["score_pending"] is True and saved["curve"][-1]["format_rate"] is None
     resumed = tune(lm, prompter, items[4:], items[:4], cfg, Kept(tmp_path))
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
     assert _seen(resumed.curve) == _seen(full.curve)
 
 
@@ -421,7 +421,7 @@ def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_p
         tune(lm, prompter, items, [], cfg, Kept(tmp_path), on_step=interrupt)
     resumed = tune(lm, prompter, items, [], cfg, Kept(tmp_path))
     assert resumed.resumed_at == [3]
-    torch.testing.assert_close(resumed.soft.weight, full.soft.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.part.weight, full.part.weight, rtol=0, atol=0)
     assert [p["step"] for p in resumed.curve] == [p["step"] for p in full.curve]
 
 
@@ -485,7 +485,7 @@ def test_the_schedule_changes_what_is_tuned(lm):
     prompter = Prompter(lm, task, chat=False, shots=[])
     items = task.load().tune
     soft = {schedule: tune(lm, prompter, items, [], TuneConfig(num_tokens=3, steps=4, curve_every=0, lr=0.1,
-                                                               lr_schedule=schedule)).soft.weight
+                                                               lr_schedule=schedule)).part.weight
             for schedule in ("constant", "linear")}
     assert not torch.equal(soft["constant"], soft["linear"])
 

@@ -25,7 +25,16 @@ from softeval.consoles import message_console, progress_bar, table_console
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
 from softeval.lm.presets import PRESETS, preset_installed
-from softeval.methods import SOFT_PROMPT, default_names, names, spec_of, training, untuned_names
+from softeval.methods import (
+    SAVED_PART,
+    default_names,
+    maker_of,
+    names,
+    scoring_saved,
+    spec_of,
+    treatment,
+    untuned_names,
+)
 from softeval.metrics import top_answer
 from softeval.packaged import ASSET_INSTALL
 from softeval.protocol import METRICS, SOURCE_METRICS
@@ -100,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="tune a soft prompt and score it (the soft-prompt run only)")
     add_options(tune, COMMON)
     add_options(tune, TUNING)
-    tune.set_defaults(handler=cmd_run, method=training(SOFT_PROMPT)[0])
+    tune.set_defaults(handler=cmd_run, method=treatment())
 
     ev = sub.add_parser("eval", help="score without tuning: zero-/few-shot, or a saved soft prompt")
     option_group(ev, METHODS).add_argument("--method", default=None,
@@ -188,16 +197,16 @@ def _run_variants(config: RunConfig, variants: int, given) -> int:
 
 
 def cmd_eval(args) -> int:
-    saved = training(SOFT_PROMPT)[0]  # the method that scores a saved soft prompt
+    saved = scoring_saved()  # the method that scores a saved soft prompt
     methods = _methods(args.method or (saved if args.soft_prompt else ",".join(untuned_names())))
     for method in methods:
-        trains = spec_of(method).trains
-        if trains == SOFT_PROMPT and not args.soft_prompt:
+        spec = spec_of(method)
+        if SAVED_PART in spec.reads and not args.soft_prompt:
             raise UserError(f"softeval eval scores the {method} method only with --soft-prompt DIR "
                             "(use `softeval run` or `softeval tune` to tune one)")
-        if spec_of(method).tunes and trains != SOFT_PROMPT:
-            raise UserError(f"softeval eval scores without tuning, and {method} tunes a {trains}: use `softeval run "
-                            f"--method {method}`")
+        if spec.tunes and SAVED_PART not in spec.reads:
+            raise UserError(f"softeval eval scores without tuning, and {method} tunes its {maker_of(method).what}: "
+                            f"use `softeval run --method {method}`")
     from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
 
     config = _config(args, methods, soft_prompt=args.soft_prompt)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from softeval.errors import UserError, shown
 from softeval.lm.engine import HF, Engine, Names
+from softeval.methods.part import ENTERS, INPUT_PREFIX
 
 if TYPE_CHECKING:  # annotations only: the backends' table imports no torch (the option table reads it)
     from softeval.lm.models import LoadedModel
@@ -57,9 +58,11 @@ class Backend:
     # what would fail later (vLLM not installed for the device, an unknown engine argument), refused before a
     # model loads; ``Check`` says its arguments
     check: str | Check | None = None
-    # scores with a LoRA adapter put into the transformers model (lm.lora; --method lora): the HF engine reads
-    # that model; an engine with weights of its own (vLLM) would score the base model, so it is refused
-    lora: bool = False
+    # the ways a trained part enters the forward pass (methods/part.py ENTERS) that its engine reads: every engine
+    # takes the vectors put before a prompt; a part in the transformers model (a LoRA adapter, prefix tuning's
+    # per-layer keys and values) only an engine that runs that model (hf): one with weights of its own (vLLM) would
+    # score the base model, so such a method is refused on it (run/validate.check_backend)
+    parts: tuple[str, ...] = (INPUT_PREFIX,)
 
     def start(self, lm: LoadedModel, batch_size: int, args: dict | None) -> Engine:
         """A started engine of this backend (its module imported now, the first time)."""
@@ -77,7 +80,7 @@ def _resolved(ref):
 
 
 BUILT_IN: dict[str, Backend] = {b.name: b for b in (
-    Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", lora=True),
+    Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", parts=ENTERS),
     Backend("vllm", "softeval.lm.vllm_engine:start",
             "vLLM; log-likelihoods and tuning stay on hf; docs/reference/backends.md",
             keep=True, takes_args=True, label="vLLM", check="softeval.lm.vllm_args:check",

@@ -29,6 +29,7 @@ from softeval.errors import UserError
 from softeval.lm.models import LoadedModel
 from softeval.lm.settings import ALL_LINEAR, LORA_TARGETS  # the default targets, and PEFT's every-linear
 from softeval.lm.softprompt import SOFTEVAL_META
+from softeval.methods.part import ADAPTER
 from softeval.protocol import LORA_FORMAT_VERSION
 
 PEFT_MISSING = "--method lora needs peft, which is not installed: pip install 'softeval[peft]'"
@@ -62,12 +63,12 @@ class LoraSettings:
 
 
 class LoraAdapter:
-    """A LoRA adapter put into ``lm.model``; what tuning trains (run/tune.py) and what a lora run scores.
+    """A LoRA adapter put into ``lm.model``; what tuning trains (run/tune.py) and what a lora run scores: a
+    ``methods.part.TrainedPart`` that enters the forward pass as layers in the model (``soft``: no vectors before the
+    prompt). ``method``: the run's method, which its saved folder records."""
 
-    ``soft`` is what the tuning loop reads of any trainable part besides its tensors: the vectors put before the
-    prompt (none here)."""
-
-    soft = None
+    what, enters, soft, loaded_from = "adapter", ADAPTER, None, None
+    method: str | None = None  # set by the maker (run/parts.py)
 
     def __init__(self, lm: LoadedModel, settings: LoraSettings, seed: int = 0):
         peft = peft_module()
@@ -105,8 +106,18 @@ class LoraAdapter:
             if ".lora_dropout." in name + ".":
                 module.train(on)
 
-    def save(self, folder: Path, method: str, extra: dict | None = None) -> None:
-        """PEFT's LoRA folder (config and weights) and softeval's notes beside it (``method``: the run's)."""
+    def record(self, summary: dict) -> dict:
+        """results.json's ``tuning``: the loop's summary without the soft prompt's settings, which a lora run does
+        not read, and with the adapter's."""
+        for key in ("num_tokens", "init"):
+            summary.pop(key, None)
+        summary["lora"] = self.settings.record()
+        return summary
+
+    def save(self, folder: Path, lm: LoadedModel | None = None, extra: dict | None = None) -> None:
+        """PEFT's LoRA folder (config and weights) and softeval's notes beside it (the adapter's own model: ``lm``
+        is the protocol's, not read)."""
+        method = self.method
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self._peft.peft_config["default"].base_model_name_or_path = self.lm.name

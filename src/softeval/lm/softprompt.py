@@ -20,6 +20,7 @@ from safetensors.torch import save as tensor_bytes
 
 from softeval.errors import UserError, shown
 from softeval.lm.models import LoadedModel
+from softeval.methods.part import INPUT_PREFIX
 from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS, SOFT_PROMPT_FORMAT_VERSION
 
 SOFTEVAL_META = "softeval.json"
@@ -174,14 +175,18 @@ def check_format(folder: str | Path) -> dict:
 class SoftPrompt(torch.nn.Module):
     """``weight``: [num_virtual_tokens, hidden_size], kept in float32 and cast when injected.
 
-    ``soft``, ``trainable`` and ``tuning`` are what the tuning loop (run/tune.py) reads of any trainable part
-    (lm.lora.LoraAdapter is the other): the vectors put before the prompt, the tensors it trains, and the switch
-    between tuning and scoring."""
+    A ``methods.part.TrainedPart`` that enters the forward pass before the prompt's embeddings (``soft``). ``init``:
+    what it started from; ``init_from``: the warm start's record (``init_record``) or None; ``loaded_from``: the
+    saved soft prompt it was read from, to be scored without tuning, or None."""
+
+    what, enters = "soft prompt", INPUT_PREFIX
 
     def __init__(self, embeddings: torch.Tensor, init: str = "vocab"):
         super().__init__()
         self.weight = torch.nn.Parameter(embeddings.detach().float().clone())
         self.init = init
+        self.init_from: dict | None = None
+        self.loaded_from: str | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -196,6 +201,14 @@ class SoftPrompt(torch.nn.Module):
 
     def tuning(self, model: torch.nn.Module, on: bool) -> None:
         """Nothing in the model changes between tuning and scoring a soft prompt."""
+
+    def record(self, summary: dict) -> dict:
+        """results.json's ``tuning``: the loop's summary, its ``init`` what the soft prompt started from (vocab for
+        --init instruction on a task without one), and the warm start's source where there was one."""
+        summary["init"] = self.init
+        if self.init_from is not None:
+            summary["init_from"] = self.init_from
+        return summary
 
     @classmethod
     def initialise(cls, lm: LoadedModel, num_tokens: int = 10, how: str = "vocab",

@@ -1,30 +1,27 @@
 """The methods a run scores with, one spec each (``MethodSpec``), registered by name: the one place that says
-what a method trains, whether it takes shots, which options it reads (and so which enter its run's identity),
-how tables and charts show it and what role it plays in the verdicts. Every other module asks the registry;
-none names a method (docs/reference/architecture.md, "Adding a method").
+what a method trains (its part's maker: methods/part.py), whether it takes shots, which options it reads (and so
+which enter its run's identity), how tables and charts show it and what role it plays in the verdicts. Every other
+module asks the registry; none names a method (docs/reference/architecture.md, "Adding a method").
 
-The built-in methods are one module each beside this one (``zero_shot``, ``few_shot``, ``soft_prompt``,
-``lora``); another distribution adds one through the entry-point group ``softeval.methods`` (its value names a
-``MethodSpec``), and a program or a test by ``register``. What a method trains is done by the run layer
-(``run/trained.py``: one way per kind of trained part); this package is data only, imported by every layer, so it
-imports nothing heavy.
+The built-in methods are one module each beside this one (``zero_shot``, ``few_shot``, ``soft_prompt``, ``lora``);
+another distribution adds one through the entry-point group ``softeval.methods`` (its value
+names a ``MethodSpec``), and a program or a test by ``register``. A spec names its trained part's maker as a lazy
+``"module:attr"`` (``maker_of`` imports it when a run needs it), so this package is data only, imported by every
+layer, and imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
 
 from softeval.errors import UserError, shown
+from softeval.methods.part import PartMaker
 
 ENTRY_POINTS = "softeval.methods"
-
-# What a method trains on the task's tuning split before it scores: nothing, a soft prompt (the vectors put before
-# the prompt: lm.softprompt) or a LoRA adapter in the frozen model (lm.lora). run/trained.py does each.
-NOTHING, SOFT_PROMPT, ADAPTER = "nothing", "soft prompt", "LoRA adapter"
-TRAINS = (NOTHING, SOFT_PROMPT, ADAPTER)
 
 # A method's role in the verdicts and the report (docs/reference/verdicts.md):
 # - REFERENCE: the bare prompt; its run gives the format-free references (cloze, letter log-likelihood) and is what
@@ -48,7 +45,8 @@ ANSWER_LINE = "answer_line"
 TUNING_OPTIONS = ("steps", "epochs", "lr_schedule", "answer_share", ANSWER_LINE, "curve_every", "length_group",
                   "early_stop", "tune_dtype", TUNE_DTYPE_RESOLVED)
 SOFT_PROMPT_OPTIONS = ("lr", "init")  # the soft prompt's own tuning settings
-SAVED_SOFT_PROMPT = ("soft_prompt", "soft_prompt_sha256")  # a saved soft prompt scored again (`softeval eval`)
+SAVED_PART = "soft_prompt"  # a saved part scored again without tuning (`softeval eval --soft-prompt`)
+SAVED_SOFT_PROMPT = (SAVED_PART, "soft_prompt_sha256")  # the saved soft prompt and its digest (store/identity.py)
 LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets")
 SHOT_OPTIONS = ("shots",)
 # seed, batch_size and curve_items pick the held-out tuning items, hence the tuning pool and the shots
@@ -62,29 +60,32 @@ METHOD_OPTIONS = frozenset((*TUNING_OPTIONS, *SOFT_PROMPT_OPTIONS, *SAVED_SOFT_P
 class MethodSpec:
     """One method. ``name``: what `--method` and results.json say; ``label``: how a table or legend shows it;
     ``colour``: its colour in the report's charts; ``who``: how a verdict names what the method puts before the
-    model ("the soft prompt"); ``role``: ROLES; ``trains``: TRAINS; ``shots``: it puts the solved shots before
+    model ("the soft prompt"); ``role``: ROLES; ``shots``: it puts the solved shots before
     each item; ``reads``: the METHOD_OPTIONS it reads; ``default``: scored when no method is named (and always
-    given a column); ``folder``: the folder of a finished run that holds what it trained; ``advice``: what to try
-    when its tuning never reached the format on the held-out slice; ``frame``: a rewrite of each item's rendered
-    question, the same in tuning and scoring (None: the task's own)."""
+    given a column); ``part``: the ``"module:attr"`` of the maker of what it trains before it scores
+    (methods/part.py; None: it trains nothing); ``folder``: the folder of a finished run that holds what it
+    trained; ``advice``: what to try when its tuning never reached the format on the held-out slice, and
+    ``recipe_advice`` instead when it had tuned with the defaults for worked solutions already (those are not news);
+    ``frame``: a rewrite of each item's rendered question, the same in tuning and scoring (None: the task's own)."""
 
     name: str
     label: str
     colour: str
     who: str
     role: str
-    trains: str = NOTHING
+    part: str | None = None
     shots: bool = False
     reads: tuple[str, ...] = ()
     default: bool = True
     folder: str | None = None
     advice: str = ""
+    recipe_advice: str = ""
     frame: Callable[[str], str] | None = None
 
     @property
     def tunes(self) -> bool:
         """It trains something on the tuning split before scoring (run/tune.py's one loop)."""
-        return self.trains != NOTHING
+        return self.part is not None
 
     def reads_option(self, option: str) -> bool:
         """Whether a run of this method reads ``option``: every option but the METHOD_OPTIONS it does not name."""
@@ -92,6 +93,7 @@ class MethodSpec:
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a method's name: one folder of a run's path, one item of --method
+MAKER = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # a part maker's "module:attr"
 _REGISTRY: dict[str, MethodSpec] = {}
 _BROKEN: dict[str, str] = {}  # an entry point that did not load: why, said when its method is chosen
 _loaded = False
@@ -121,10 +123,12 @@ def _check(spec: MethodSpec) -> None:
     if bad:
         raise ValueError(f"method {spec.name!r} reads {bad}, which are not options only some methods read "
                          f"(methods.METHOD_OPTIONS); every other option is read by every method")
-    if spec.role not in ROLES or spec.trains not in TRAINS:
-        raise ValueError(f"method {spec.name!r}: role must be one of {ROLES} and trains one of {TRAINS}")
+    if spec.role not in ROLES:
+        raise ValueError(f"method {spec.name!r}: role must be one of {ROLES}")
+    if spec.part is not None and (not isinstance(spec.part, str) or not MAKER.fullmatch(spec.part)):
+        raise ValueError(f"method {spec.name!r}: part must name its maker as 'module:attr', not {spec.part!r}")
     if spec.tunes and spec.folder is None:
-        raise ValueError(f"method {spec.name!r} trains a {spec.trains}: name the folder a finished run keeps it in")
+        raise ValueError(f"method {spec.name!r} trains a part: name the folder a finished run keeps it in")
 
 
 def _load() -> None:
@@ -188,14 +192,29 @@ def with_role(role: str) -> tuple[str, ...]:
     return tuple(s.name for s in specs() if s.role == role)
 
 
-def training(trains: str) -> tuple[str, ...]:
-    """The methods that train a part of kind ``trains`` (TRAINS)."""
-    return tuple(s.name for s in specs() if s.trains == trains)
+def scoring_saved() -> str | None:
+    """The method that scores a saved part without tuning it (`softeval eval --soft-prompt`): the first that reads
+    SAVED_PART."""
+    return next((s.name for s in specs() if SAVED_PART in s.reads), None)
 
 
 def untuned_names() -> tuple[str, ...]:
     """The default methods that tune nothing (what `softeval eval` scores without a saved soft prompt)."""
     return tuple(s.name for s in specs() if s.default and not s.tunes)
+
+
+def maker_of(method: str) -> PartMaker | None:
+    """The maker of what ``method`` trains (its spec's ``part``, imported here, when a run needs it); None for a
+    method that trains nothing. A maker that does not import is a UserError naming the method."""
+    target = spec_of(method).part
+    if target is None:
+        return None
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except Exception as err:  # noqa: BLE001 (another package's code: any failure is one line)
+        raise UserError(f"method {method}: its trained part's maker {target} does not load: "
+                        f"{type(err).__name__}: {err}") from None
 
 
 def known(name: object) -> bool:

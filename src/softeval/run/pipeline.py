@@ -23,7 +23,7 @@ from softeval.lm import loglik, memory
 from softeval.lm.backends import close_engine, end_engine, start_engine
 from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
-from softeval.methods import SOFT_PROMPT, MethodSpec, spec_of
+from softeval.methods import SAVED_PART, MethodSpec, spec_of
 from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
@@ -270,7 +270,7 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
             if on_skip is not None:
                 on_skip(method)
             continue
-        if spec_of(method).trains == SOFT_PROMPT and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
+        if SAVED_PART in spec_of(method).reads and config.soft_prompt and _inside(Path(config.soft_prompt), folder):
             raise UserError(f"the soft prompt {config.soft_prompt} belongs to the run {folder.final} that this "
                             "command would write (and with --force replace): score it into another output "
                             "root, e.g. --out runs-eval")

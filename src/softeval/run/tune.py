@@ -1,9 +1,9 @@
 """Tune a trainable part on a task's tuning split: AdamW on that part only, the model's weights frozen.
 
-The part is a soft prompt (lm.softprompt.SoftPrompt) or a LoRA adapter put into the model (lm.lora.LoraAdapter),
-as the method's spec says (softeval.methods); the one loop reads of it only the
-vectors it puts before the prompt (the soft prompt; none for LoRA), its named tensors and its switch
-between tuning and scoring. The loss is cross-entropy on the target tokens only (the answer in the
+The part is whatever the method's spec's maker builds (methods/part.py ``TrainedPart``: a soft prompt, a LoRA
+adapter, prefix tuning's per-layer keys and values); the one loop reads of it only the vectors it puts before the
+prompt (``soft``; None where it is in the model), its named tensors, its switch between tuning and scoring and
+how messages name it (``what``). The loss is cross-entropy on the target tokens only (the answer in the
 required format, then EOS). Every ``curve_every`` steps the part is scored on a small held-out slice of
 the tuning split (format_rate, accuracy): the learning curve shows format-following saturate while
 knowledge stays flat. A NaN loss stops tuning and keeps the last finite part. With a checkpoint folder,
@@ -28,7 +28,8 @@ import torch
 from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
 from softeval.lm.softprompt import InitRefused, SoftPrompt
-from softeval.methods import ADAPTER, spec_of
+from softeval.methods import maker_of
+from softeval.methods.part import TrainedPart
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
 from softeval.run.batch_plan import batches, length_grouped
 from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
@@ -76,11 +77,13 @@ class TuneConfig:
     @classmethod
     def of(cls, run: RunConfig, method: str | None = None, n_train: int | None = None) -> TuneConfig:
         """The tuning options of ``run`` for ``method``: each field that is a run option under the same name,
-        ``num_tokens`` (``tokens``), the lora learning rate (``lora_lr``) for lora, and with ``epochs`` the
-        steps that many passes over ``n_train`` tuning items take in batches of ``batch_size``."""
+        ``num_tokens`` (``tokens``), the learning rate ``method``'s part reads, and with ``epochs`` the
+        steps that many passes over ``n_train`` tuning items take in batches of ``batch_size``; ``lr``: the learning
+        rate ``method``'s part reads (``PartMaker.learning_rate``: ``lora_lr`` for an adapter)."""
         shared = {f.name: getattr(run, f.name) for f in fields(cls) if f.name in OPTIONS}
-        if method is not None and spec_of(method).trains == ADAPTER:  # an adapter's own learning rate
-            shared["lr"] = run.lora_lr
+        maker = maker_of(method) if method is not None else None
+        if maker is not None:  # the part's own learning rate
+            shared["lr"] = maker.learning_rate(run)
         if run.epochs is not None and n_train is not None:
             shared["steps"] = epoch_steps(run.epochs, n_train, run.batch_size)
         shared["tune_dtype"] = resolved_tune_dtype(run)  # as the run's identity has it (config.options)
@@ -94,7 +97,7 @@ def epoch_steps(epochs: float, n_train: int, batch_size: int) -> int:
 
 @dataclass
 class TuneResult:
-    soft: SoftPrompt | None  # the tuned soft prompt (None when the part was another: a LoRA adapter)
+    part: TrainedPart  # the tuned part
     curve: list[dict]
     steps_run: int
     final_loss: float | None
@@ -103,7 +106,7 @@ class TuneResult:
     config: dict = field(default_factory=dict)
     resumed_at: list[int] = field(default_factory=list)  # steps a run resumed from a checkpoint at
     early_stop_step: int | None = None  # the step an early stop (TuneConfig.early_stop) ended tuning at
-    trainable_parameters: int = 0  # the numbers tuning trained (the soft prompt's, or the LoRA adapter's)
+    trainable_parameters: int = 0  # the numbers tuning trained (the part's)
 
     def summary(self) -> dict:
         return {
@@ -194,12 +197,12 @@ class Kept:
 
 @dataclass(frozen=True)
 class TunedPart:
-    """What is tuned, for which run. ``part``: a LoRA adapter already in the model (lm.lora); None: a soft prompt
-    initialised from the tuning config, whose init refused once the model is loaded is worded with the options as
-    ``name`` spells them. ``method``: the run's method, whose prompt (``prompter.ids(item, method)``) tuning and
-    the held-out slice read."""
+    """What is tuned, for which run. ``part``: the method's part, built by its maker (run/tuned.py); None, for a
+    program or a test that tunes the default part: a soft prompt initialised from the tuning config, whose init
+    refused once the model is loaded is worded with the options as ``name`` spells them. ``method``: the run's
+    method, whose prompt (``prompter.ids(item, method)``) tuning and the held-out slice read."""
 
-    part: Any = None
+    part: TrainedPart | None = None
     method: str | None = None
     name: Spelling = COMMAND_LINE
 
@@ -209,7 +212,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     """Run the tuning loop; ``on_step(point)`` is called after every step with its curve point
     (``step``, ``loss``, and ``format_rate`` / ``accuracy`` where the slice was scored).
 
-    ``tuned``: what is tuned (``TunedPart``; default: a soft prompt initialised from ``config``, ``TuneResult.soft``).
+    ``tuned``: what is tuned (``TunedPart``; default: a soft prompt initialised from ``config``, ``TuneResult.part``).
     ``kept``: where the state is saved at every curve point and resumed from (``Kept``); None: nowhere.
     """
     started = time.time()
@@ -261,7 +264,7 @@ class _Loop:
     train: list[Example]
     curve_items: list[Example]
     config: TuneConfig
-    part: Any  # the trainable part: a SoftPrompt, or a LoRA adapter in lm.model (lm.lora)
+    part: TrainedPart  # the trainable part (methods/part.py)
     method: str | None  # the run's method: the prompts tuned and scored on are its own (prompter.ids)
     checkpoint: Path | None
     started: float  # time.time() when tuning started
@@ -286,7 +289,7 @@ class _Loop:
         if config.length_group > 1:
             self.plan = length_grouped(self.plan, lambda i: sum(map(len, self.pair(i))), config.length_group,
                                        config.seed)
-        self.what = "soft prompt" if isinstance(self.part, SoftPrompt) else "adapter"  # in the stop's words
+        self.what = self.part.what  # in the stop's words
 
     def pair(self, i: int) -> tuple[list[int], list[int]]:
         """The prompt and target token ids of tuning item ``i`` (encoded once)."""
@@ -446,7 +449,7 @@ class _Loop:
 
     def result(self) -> TuneResult:
         last = self.last_loss
-        return TuneResult(self.part if isinstance(self.part, SoftPrompt) else None, self.curve, self.step,
+        return TuneResult(self.part, self.curve, self.step,
                           last if last is None or math.isfinite(last) else None,
                           self.stopped, self.earlier_seconds + time.time() - self.started,
                           {**asdict(self.config),

@@ -1,6 +1,6 @@
-"""What a method trains, one way per kind of trained part (its spec's ``trains``: softeval.methods): nothing, a soft
-prompt, or a LoRA adapter put into the model; each tuned with the one tuning loop (run/tune.py), with a progress bar
-and a line per curve point, and how tuning went said. ``trainer`` gives the run of a method the part it trains."""
+"""What a method trains, through its part's interface (methods/part.py: the spec's maker builds the part, the one
+tuning loop of run/tune.py tunes it), with a progress bar and a line per curve point, and how tuning went said.
+``trainer`` gives the run of a method the part it trains, in the model for the run's duration."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from pathlib import Path
 import torch
 
 from softeval.consoles import progress_bar
-from softeval.lm import lora
-from softeval.lm.lora import LoraAdapter, LoraSettings, parse_targets
-from softeval.lm.softprompt import SoftPrompt, init_record, init_source
-from softeval.methods import ADAPTER, NOTHING, SOFT_PROMPT, MethodSpec, spec_of
+from softeval.lm.softprompt import init_source
+from softeval.methods import MethodSpec, maker_of, spec_of
+from softeval.methods.part import TrainedPart
 from softeval.metrics import FOLLOWS_FORMAT
 from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
@@ -24,25 +23,18 @@ from softeval.run.tune import Kept, TuneConfig, TunedPart, TuneResult, still_lea
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 
 
-# the soft prompt's advice when it already tuned with the defaults for worked solutions: those are not news
-AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are not format-free; it tuned with the "
-                    "defaults for worked solutions already: try more --steps (or go on from it: --init "
-                    "from:<its soft_prompt folder>), another --seed or --lr, or --init text:\"<the answer format>\" "
-                    "(docs/reference/protocol.md, defaults by kind of target)")
-
-
 def not_reached(curve: list[dict], method: str, cfg: RunConfig | None = None) -> str:
     """The end of a tuning whose held-out format never reached FOLLOWS_FORMAT: how far it got, and what to try (the
-    method's spec's ``advice``; ``cfg``: the run's options; a soft prompt that tuned with the worked-solution
-    defaults is not told them)."""
+    method's spec's ``advice``; ``cfg``: the run's options; a run that tuned with the worked-solution defaults is told
+    its spec's ``recipe_advice`` instead, where it has one)."""
     points = [p for p in curve if p.get("format_rate") is not None]
     if not points:
         return "not measured (no held-out slice: --curve-items 0)"
     best = max(points, key=lambda p: (p["format_rate"], -p["step"]))
     spec = spec_of(method)
-    recipe = spec.trains == SOFT_PROMPT and cfg is not None and tuned_with_the_recipe(cfg)
+    recipe = bool(spec.recipe_advice) and cfg is not None and tuned_with_the_recipe(cfg)
     return (f"not reached on the held-out slice (best {best['format_rate']:.2f} at step {best['step']}"
-            f"{still_falling(curve)}): " + (AFTER_THE_RECIPE if recipe else advice(method)))
+            f"{still_falling(curve)}): " + (spec.recipe_advice if recipe else advice(method)))
 
 
 def advice(method: str) -> str:
@@ -52,10 +44,15 @@ def advice(method: str) -> str:
 
 
 def tuned_with_the_recipe(cfg: RunConfig) -> bool:
-    """The run's soft prompt tuned with the defaults for worked solutions; a warm start (--init from:PATH) counts
-    with the rest of them, as it goes on from a soft prompt rather than starting from an init."""
+    """The run tuned with the defaults for worked solutions; a warm start (--init from:PATH) counts with the rest of
+    them, as it goes on from a trained part rather than starting from an init."""
     return all(getattr(cfg, key) == value or (key == "init" and init_source(cfg.init) is not None)
                for key, value in WORKED.items())
+
+
+def reads_the_recipe(spec: MethodSpec) -> bool:
+    """The method reads every option the defaults for worked solutions set (the soft prompt's)."""
+    return all(key in spec.reads for key in WORKED)
 
 
 def still_falling(curve: list[dict]) -> str:
@@ -91,12 +88,6 @@ def worked_looking(task, train: list, cfg: RunConfig) -> str | None:
             f"docs/reference/protocol.md)")
 
 
-def lora_settings(cfg: RunConfig) -> LoraSettings:
-    """The adapter a lora run of ``cfg`` tunes (its --lora-* options)."""
-    return LoraSettings(rank=cfg.lora_rank, alpha=float(cfg.lora_alpha), dropout=float(cfg.lora_dropout),
-                        targets=parse_targets(cfg.lora_targets))
-
-
 @dataclass
 class Trained:
     """What a method's run scores with and records of its training: the vectors put before each prompt (a soft
@@ -114,42 +105,24 @@ class Untrained:
         return Trained()
 
 
-class SoftPromptPart:
-    """A soft prompt: tuned, or the saved one `softeval eval --soft-prompt` scores (loaded here, before the run's
-    folder is started: a bad one leaves no folder); saved into the run's folder either way."""
+@dataclass
+class PartRun:
+    """A method's trained part in one run: tuned (or, where it was loaded from a saved one, scored as it is), then
+    saved into the run's folder."""
 
-    def __init__(self, job, spec: MethodSpec):
-        self.spec = spec
-        self.loaded = SoftPrompt.load(job.config.soft_prompt, job.lm) if job.config.soft_prompt else None
+    spec: MethodSpec
+    part: TrainedPart
 
     def train(self, job, partial: Path, identity: dict) -> Trained:
-        cfg, lm = job.config, job.lm
-        if self.loaded is not None:
-            soft_prompt, tuning, curve = self.loaded, {"loaded_from": str(cfg.soft_prompt)}, None
+        part, lm = self.part, job.lm
+        if part.loaded_from is not None:
+            tuning, curve = {"loaded_from": part.loaded_from}, None
         else:
-            result = _tune(job, self.spec, partial, identity, None)
-            soft_prompt, tuning, curve = result.soft, result.summary(), result.curve
-            tuning["init"] = soft_prompt.init  # what it started from: vocab for --init instruction, no instruction
-            if init_record(cfg.init) is not None:  # the warm start: source folder, digest, what it was tuned on
-                tuning["init_from"] = init_record(cfg.init)
-        soft_prompt.save(partial / self.spec.folder, lm, tuned_on(cfg))
-        return Trained(soft_prompt.weight.detach().to(lm.device), tuning, curve)
-
-
-class AdapterPart:
-    """A LoRA adapter, put into the model by ``trainer`` for the run, tuned, and saved into the run's folder."""
-
-    def __init__(self, spec: MethodSpec, adapter: LoraAdapter):
-        self.spec, self.adapter = spec, adapter
-
-    def train(self, job, partial: Path, identity: dict) -> Trained:
-        result = _tune(job, self.spec, partial, identity, self.adapter)
-        summary = result.summary()
-        for key in ("num_tokens", "init"):  # the soft prompt's settings, which a lora run does not read
-            summary.pop(key, None)
-        summary["lora"] = self.adapter.settings.record()
-        self.adapter.save(partial / self.spec.folder, self.spec.name, tuned_on(job.config))
-        return Trained(None, summary, result.curve)
+            result = _tune(job, self.spec, partial, identity, part)
+            tuning, curve = part.record(result.summary()), result.curve
+        part.save(partial / self.spec.folder, lm, tuned_on(job.config))
+        soft = part.soft
+        return Trained(None if soft is None else soft.detach().to(lm.device), tuning, curve)
 
 
 def tuned_on(cfg: RunConfig) -> dict:
@@ -158,29 +131,28 @@ def tuned_on(cfg: RunConfig) -> dict:
 
 
 @contextmanager
-def trainer(job, spec: MethodSpec) -> Iterator[Untrained | SoftPromptPart | AdapterPart]:
-    """The part ``spec``'s run trains (its ``trains``). A LoRA adapter is in the model while the run tunes and
-    scores, and taken out however it ends: the next method, in this process, scores the model as loaded."""
-    if spec.trains == ADAPTER:
-        with lora.attached(job.lm, lora_settings(job.config), job.config.seed) as adapter:
-            yield AdapterPart(spec, adapter)
-    elif spec.trains == SOFT_PROMPT:
-        yield SoftPromptPart(job, spec)
-    else:
-        assert spec.trains == NOTHING, spec.trains
+def trainer(job, spec: MethodSpec) -> Iterator[Untrained | PartRun]:
+    """The part ``spec``'s run trains, built by its maker (methods/part.py) and in the model while the run tunes and
+    scores; taken out however it ends, so the next method, in this process, scores the model as loaded."""
+    maker = maker_of(spec.name)
+    if maker is None:
         yield Untrained()
+        return
+    instruction = job.task.instruction or ""
+    with maker.attached(job.lm, job.config, spec.name, instruction, job.spelling) as part:
+        yield PartRun(spec, part)
 
 
 def _tune(job, spec: MethodSpec, partial: Path, identity: dict, part) -> TuneResult:
     cfg, console = job.config, job.console
     method = spec.name
     tcfg = TuneConfig.of(cfg, method, len(job.train))
-    what = spec.trains
-    if part is None and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
+    what = part.what
+    if reads_the_recipe(spec) and job.task.target_kind == WORKED_SOLUTION:  # its tuning defaults are not the table's
         console.print(f"{job.task.name}'s targets are worked solutions: tuning with {spelled(cfg, WORKED)} (where not "
                       "given, the defaults for worked solutions: docs/reference/protocol.md)", markup=False,
                       highlight=False)
-    elif part is None and (hint := worked_looking(job.task, job.train, cfg)):
+    elif reads_the_recipe(spec) and (hint := worked_looking(job.task, job.train, cfg)):
         console.print(hint, style="yellow", markup=False, highlight=False)
     with progress_bar(console) as bar:
         bar_id = bar.add_task(f"tuning {what}", total=tcfg.steps)

@@ -32,7 +32,7 @@ from softeval.lm.softprompt import (
     init_used,
     parse_init,
 )
-from softeval.methods import ADAPTER, known, names, spec_of
+from softeval.methods import known, maker_of, names, spec_of
 from softeval.run.config import COMMAND_LINE, OPTIONS, SEED_RANGE, RunConfig, Spelling
 from softeval.store.format import run_folder_around, write_refusal
 from softeval.tasks.data import file_problem
@@ -166,8 +166,10 @@ def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COM
     check_methods(cfg.methods, name)
     for key in OPTIONS:
         check_option(key, getattr(cfg, key), name)
-    if _training(cfg, ADAPTER):
-        check_lora(cfg, name)
+    for method in cfg.methods:  # what each method's trained part needs (methods/part.py: PartMaker.check)
+        maker = maker_of(method)
+        if maker is not None:
+            maker.check(cfg, name)
     check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
     _check_data(cfg, name)
     check_device(cfg.device, name, exists="device" not in on_worker)
@@ -190,22 +192,18 @@ def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
                         f"{','.join(LORA_TARGETS)}) or be {ALL_LINEAR}")
 
 
-def _training(cfg: RunConfig, trains: str) -> list[str]:
-    """The methods of ``cfg`` that train a part of kind ``trains`` (softeval.methods.TRAINS)."""
-    return [m for m in cfg.methods if spec_of(m).trains == trains]
-
-
 def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
     """Engine arguments only for a backend that reads them (``--engine-arg`` with ``--backend vllm``);
     then the backend's own checks (``backends.Backend.check``; vLLM: a model it can load, vLLM installed
     for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
     else (a sweep's driver) what can be checked away from it."""
     chosen = backends.backend(cfg.backend)
-    adapted = _training(cfg, ADAPTER)
-    if adapted and not chosen.lora:
-        raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method {adapted[0]}: its engine does not "
-                        f"read the adapter put into the transformers model; run {adapted[0]} with "
-                        f"{name.setting('backend', HF)}")
+    for method in cfg.methods:
+        maker = maker_of(method)
+        if maker is not None and maker.enters not in chosen.parts:
+            raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method {method}: its engine does "
+                            f"not read the {maker.what} put into the transformers model ({maker.enters}); run "
+                            f"{method} with {name.setting('backend', HF)}")
     if cfg.engine_args and not chosen.takes_args:
         takers = " or ".join(name.setting("backend", n) for n, b in backends.described().items() if b and b.takes_args)
         fix = f"add {takers}, or leave it out" if takers else "leave it out"

@@ -23,7 +23,7 @@ import yaml
 
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
-from softeval.methods import SOFT_PROMPT, default_names, spec_of
+from softeval.methods import default_names, maker_of, spec_of
 from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.groups import group_record
@@ -258,10 +258,12 @@ def prompt_variants(options: dict[str, Any], task: str, where: str, notes: dict[
 
 
 def _warm_start(job: SweepJob, previous: dict[tuple, SweepJob]) -> SweepJob:
-    """A series' soft-prompt job starts from the soft prompt of the previous checkpoint's job of the same task
-    and seed (``previous``, updated here), tuning for fewer steps, where its series says so."""
+    """A series' job of a method whose part warm-starts (``PartMaker.warm_starts``: the soft prompt) starts from the
+    part of the previous checkpoint's job of the same task and seed (``previous``, updated here), tuning for fewer
+    steps, where its series says so."""
     model, method = job.model, job.method
-    if spec_of(method).trains == SOFT_PROMPT and model.series is not None:
+    maker = maker_of(method)
+    if maker is not None and maker.warm_starts and model.series is not None:
         key = (model.series, job.config.task, job.config.seed, job.config.prompt_variant)
         if model.warm_start and key in previous:
             job.warm_from = previous[key]
