@@ -105,7 +105,8 @@ def _kind_checks(path: Path) -> list[str]:
             names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
             found += [f"isinstance {name}" for name in names & PART_CLASSES]
         kind_call = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "training"
-        if kind_call or isinstance(node, ast.Attribute) and node.attr == "trains" or getattr(node, "id", "") == "TRAINS":
+        kind_name = isinstance(node, ast.Attribute) and node.attr == "trains" or getattr(node, "id", "") == "TRAINS"
+        if kind_call or kind_name:
             found.append(f"line {node.lineno}")
     return found
 
