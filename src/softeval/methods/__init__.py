@@ -138,10 +138,10 @@ def _load() -> None:
         return
     _loaded = True
     # here, not at the top: each imports this module to register itself
-    from softeval.methods import few_shot, lora, soft_prompt, zero_shot
+    from softeval.methods import few_shot, lora, prefix_tuning, soft_prompt, zero_shot
 
     # the built-ins first, in the order tables show them (imports register in import order, which isort sorts)
-    first = {s.name: s for s in (zero_shot.SPEC, few_shot.SPEC, soft_prompt.SPEC, lora.SPEC)}
+    first = {s.name: s for s in (zero_shot.SPEC, few_shot.SPEC, soft_prompt.SPEC, lora.SPEC, prefix_tuning.SPEC)}
     rest = {name: spec for name, spec in _REGISTRY.items() if name not in first}
     _REGISTRY.clear()
     _REGISTRY.update({**first, **rest})
