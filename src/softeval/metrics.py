@@ -6,7 +6,10 @@ answer correct; letter_loglik_accuracy = argmax of the option letters' log-likel
 cloze_accuracy / cloze_accuracy_norm = argmax of each option text's summed log-likelihood (raw, and
 divided by the option's length in characters) after the task's cloze prompt is correct;
 permutation_consistency / circular_accuracy = the same option content chosen / the right option
-chosen in every order of the options (multiple choice, ``--permutations``).
+chosen in every order of the options (multiple choice, ``--permutations``); f1 = the mean best token F1.
+
+``METRIC_TABLE`` is the one table of them: a row each, in the order tables show them, read by the scoring
+(``aggregate``), the runs index, ``compare``'s ``--metric``, the report and the command line's tables.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 Z95 = 1.959963984540054
 FOLLOWS_FORMAT = 0.90  # a format_rate of at least this: the model follows the format (tuning curve, verdicts)
@@ -39,35 +43,70 @@ def proportion(flags: Sequence[bool]) -> dict:
     return {"value": (k / n) if n else None, "ci_low": low, "ci_high": high, "n": n}
 
 
-# Optional per-item metrics: metric name -> the sample field holding the item's outcome.
-ITEM_FIELDS = {
-    "letter_loglik_accuracy": "letter_loglik_correct",
-    "cloze_accuracy": "cloze_correct",
-    "cloze_accuracy_norm": "cloze_norm_correct",
-    "permutation_consistency": "permutation_consistent",
-    "circular_accuracy": "circular_correct",
-}
+@dataclass(frozen=True)
+class Metric:
+    """One metric a run reports (results.json ``metrics.<name>``) and where it comes from."""
+
+    name: str
+    label: str  # its name in a sentence
+    short: str  # its column in the terminal's tables
+    field: str  # the sample field (samples.jsonl) that holds each item's outcome: the numerator
+    among: str | None = None  # the denominator: the items whose ``among`` field is true (None: every item)
+    mean: bool = False  # aggregated as a mean with a normal interval (a score per item), not a proportion (Wilson)
+    every_run: bool = False  # every run has it (even over no items); the others where a sample has ``field``
+    compared: bool = True  # `compare --metric` may name it: ranks and paired tests are over its per-item outcome
+    higher_is_better: bool = True
+
+
+# Every metric, in the order tables show them (the run's table, the report, the runs index, load_runs' columns).
+# f1: the tasks that score token F1 (SQuAD, TriviaQA, task files with `matcher: f1`); the letter and cloze
+# log-likelihoods: multiple choice; the last two: with --permutations.
+METRIC_TABLE: tuple[Metric, ...] = (
+    Metric("accuracy", "accuracy", "accuracy", "correct", every_run=True),
+    Metric("format_rate", "format rate", "format", "format_ok", every_run=True),
+    Metric("knowledge_accuracy", "knowledge accuracy", "knowledge", "correct", among="format_ok", every_run=True),
+    Metric("lenient_accuracy", "lenient accuracy", "lenient", "lenient_correct", every_run=True),
+    Metric("f1", "token F1", "f1", "f1", mean=True, compared=False),  # a score per item, no outcome to pair
+    Metric("letter_loglik_accuracy", "letter log-likelihood accuracy", "letter ll", "letter_loglik_correct"),
+    Metric("cloze_accuracy", "cloze accuracy", "cloze", "cloze_correct"),
+    Metric("cloze_accuracy_norm", "cloze accuracy per character", "cloze norm", "cloze_norm_correct"),
+    Metric("permutation_consistency", "permutation consistency", "perm. cons.", "permutation_consistent",
+           compared=False),  # the same pick in every order, right or wrong: consistency, not correctness
+    Metric("circular_accuracy", "circular accuracy", "circular", "circular_correct"),
+)
+METRICS = tuple(m.name for m in METRIC_TABLE)  # the names, in table order
+METRIC = {m.name: m for m in METRIC_TABLE}  # name -> its row
+COMPARED = tuple(m.name for m in METRIC_TABLE if m.compared)  # `compare --metric`'s choices
+
+
+def _mean(values: Sequence[float]) -> dict:
+    """A mean with its normal 95% interval, clipped to [0, 1]."""
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1))
+    half = Z95 * sd / math.sqrt(len(values))
+    return {"value": mean, "ci_low": max(0.0, mean - half), "ci_high": min(1.0, mean + half), "n": len(values)}
+
+
+def _of(metric: Metric, samples: Sequence[dict]) -> dict | None:
+    """One metric of a list of samples; None where a metric not every run has has no item."""
+    chosen = [s for s in samples if metric.among is None or s[metric.among]]
+    if not metric.every_run:
+        chosen = [s for s in chosen if s.get(metric.field) is not None]
+        if not chosen:
+            return None
+    if metric.mean:
+        return _mean([float(s[metric.field]) for s in chosen])
+    return proportion([s[metric.field] for s in chosen])
 
 
 def aggregate(samples: Sequence[dict]) -> dict:
-    """Metrics of a list of samples (see docs/reference/run-format.md for the sample fields)."""
-    metrics = {
-        "accuracy": proportion([s["correct"] for s in samples]),
-        "format_rate": proportion([s["format_ok"] for s in samples]),
-        "knowledge_accuracy": proportion([s["correct"] for s in samples if s["format_ok"]]),
-        "lenient_accuracy": proportion([s["lenient_correct"] for s in samples]),
-    }
-    for name, key in ITEM_FIELDS.items():
-        flags = [s[key] for s in samples if s.get(key) is not None]
-        if flags:
-            metrics[name] = proportion(flags)
-    if samples and "f1" in samples[0]:
-        values = [float(s["f1"]) for s in samples]
-        mean = sum(values) / len(values)
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1))
-        half = Z95 * sd / math.sqrt(len(values))
-        metrics["f1"] = {"value": mean, "ci_low": max(0.0, mean - half), "ci_high": min(1.0, mean + half),
-                         "n": len(values)}
+    """Metrics of a list of samples (see docs/reference/run-format.md for the sample fields): the proportions in
+    table order, then the means (results.json has always listed f1 last)."""
+    metrics = {}
+    for metric in sorted(METRIC_TABLE, key=lambda m: m.mean):
+        value = _of(metric, samples)
+        if value is not None:
+            metrics[metric.name] = value
     return metrics
 
 

@@ -1,6 +1,6 @@
 """The names of the protocol (docs/reference/protocol.md), one list each, used by the CLI, the runs index, compare and
-the report: the metrics a run reports, the kinds of model and target, the files of a trained part. The methods are
-the registry's (softeval.methods)."""
+the report: the kinds of model and target, the files of a trained part. The methods are the registry's
+(softeval.methods), the metrics softeval.metrics' table (METRIC_TABLE)."""
 
 # A saved soft prompt: a PEFT prompt-tuning adapter folder (lm.softprompt writes and reads it; a finished
 # soft-prompt run holds one, which store.format checks).
@@ -30,14 +30,7 @@ TARGET_KINDS = (ONE_LINE, WORKED_SOLUTION)
 # `--chat-template`: auto (on for a post-trained model whose tokenizer has a template), on, off.
 CHAT_TEMPLATES = ("auto", "on", "off")
 
-# Metrics every run can have, in the order tables show them (the run's table, the report, the runs index).
-# f1: the tasks that score token F1 (SQuAD, TriviaQA, task files with `matcher: f1`); the letter and cloze
-# log-likelihoods: multiple choice; the last two: with --permutations.
-METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy", "f1",
-           "letter_loglik_accuracy", "cloze_accuracy", "cloze_accuracy_norm", "permutation_consistency",
-           "circular_accuracy")
-
 # results.json -> metrics[SOURCE_METRICS]: the scores a task's own source computes with its own aggregation
 # functions (an lm-eval task: lm-eval's per-task metrics, ``"metric,filter"`` keyed, which lm-eval's group
-# aggregation reads), beside softeval's metrics above; absent for softeval's own tasks.
+# aggregation reads), beside softeval's metrics (softeval.metrics); absent for softeval's own tasks.
 SOURCE_METRICS = "lm_eval"

@@ -34,8 +34,8 @@ from softeval.analysis.groups import GroupScore
 from softeval.analysis.paired import PairedTest
 from softeval.errors import UserError, shown
 from softeval.methods import names as method_names
-from softeval.metrics import top_answer
-from softeval.protocol import METRICS, SOURCE_METRICS
+from softeval.metrics import METRIC_TABLE, top_answer
+from softeval.protocol import SOURCE_METRICS
 from softeval.store.format import Run, RunFormatError, check_run
 from softeval.store.identity import identity_of
 
@@ -49,7 +49,6 @@ PANDAS_EXTRA = "pip install 'softeval[pandas]'"
 RUN_COLUMNS = ("model", "model_kind", "model_kind_source", "task", "method", "seed", "prompt_variant", "n", "series",
                "step")
 METRIC_SUFFIXES = ("", "_low", "_high", "_n")  # accuracy, accuracy_low, accuracy_high, accuracy_n
-EVERY_RUN_METRICS = ("accuracy", "format_rate", "knowledge_accuracy", "lenient_accuracy")  # columns even with no run
 TAIL_COLUMNS = ("top_answer", "format_failed", "hit_max_new_tokens", "truncated_prompts", "unscorable",
                 "finished_at", "wall_seconds", "softeval_version", "lm_eval", "path", "rel",
                 "identity_sha256", "identity")
@@ -99,7 +98,7 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
       ``prompt_variant`` (0: the task's own prompt; docs/guide/prompt-variants.md), ``n`` (scored items), ``series``
       and ``step`` (a checkpoint of a series; else None): results.json's;
     - each metric (accuracy, format_rate, knowledge_accuracy, lenient_accuracy, f1, ... as the runs have them;
-      protocol.METRICS first) as four columns: ``<metric>`` (the value), ``<metric>_low`` and ``<metric>_high``
+      softeval.metrics.METRICS first) as four columns: ``<metric>`` (the value), ``<metric>_low`` and ``<metric>_high``
       (its 95% interval: Wilson's, a mean's for f1) and ``<metric>_n`` (the items it is over: for
       knowledge_accuracy those that followed the format); NaN where a run lacks the metric;
     - ``top_answer`` (the most frequent strict answer and its share, ``"B 9/16"``), ``format_failed`` and
@@ -119,7 +118,7 @@ def load_runs(root: str | os.PathLike) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(method_names())}
     rows = [_run_row(run) for run in sorted(runs, key=lambda r: (r.task, r.model, order.get(r.method, len(order)),
                                                                    r.method, r.seed))]
-    metrics = [m for m in METRICS if m in EVERY_RUN_METRICS or any(m in r["metrics"] for r in rows)]
+    metrics = [m.name for m in METRIC_TABLE if m.every_run or any(m.name in r["metrics"] for r in rows)]
     metrics += sorted({m for r in rows for m in r["metrics"]} - set(metrics))
     causes = list(dict.fromkeys(c for r in rows for c in r["causes"]))
     options = list(dict.fromkeys(k for r in rows for k in r["identity"]))

@@ -165,7 +165,7 @@ def _with_f1(run_dir: Path, f1: list[float]) -> dict:
 
 
 def test_f1_shows_in_the_run_table_and_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """protocol.METRICS promises f1 for the tasks that score token F1: the run's table and the report show
+    """softeval.metrics.METRIC_TABLE promises f1 for the tasks that score token F1: the run's table and the report show
     it (the report's column only where a run has f1: a report of multiple-choice runs stays as wide as it
     was)."""
     run = write_run(tmp_path / "runs", "m", "squad", "zero-shot", [True, False, False, True])

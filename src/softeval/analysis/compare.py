@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from softeval.analysis.choices import PER_ITEM, post_methods, reference_method  # the options' choices, kept light
+from softeval.analysis.choices import post_methods, reference_method  # the options' choices, kept light
 from softeval.analysis.post_scores import PostScores, boot_post_scores, check_pairs
 from softeval.analysis.ranking_stats import (
     MIN_BOOT,
@@ -31,6 +31,7 @@ from softeval.analysis.ranking_stats import (
 from softeval.checks import is_whole
 from softeval.errors import UserError, shown
 from softeval.methods import names as method_names
+from softeval.metrics import COMPARED, METRIC
 from softeval.store.format import SAMPLES_FILE, Run, read_samples, scan
 
 MIN_PAIRS = 3
@@ -94,7 +95,7 @@ class Comparison:
 
 def load_item_scores(runs: list[Run], metric: str) -> ItemScores:
     """Per-item outcomes from samples.jsonl; several seeds are averaged item by item."""
-    num_field, den_field = PER_ITEM[metric]
+    num_field, den_field = METRIC[metric].field, METRIC[metric].among
     per_seed: list[dict[str, tuple[float, float]]] = []
     for run in sorted(runs, key=lambda r: r.seed):
         try:  # runs come from scan, which checked samples.jsonl against results.json
@@ -160,8 +161,8 @@ def compare_runs(runs: list[Run], pairs: list[tuple[str, str]], metric: str = "a
 
 def _check_inputs(runs: list[Run], pairs: list[tuple[str, str]], metric: str, post_method: str,
                   post_scores: PostScores | None) -> None:
-    if metric not in PER_ITEM:
-        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
+    if metric not in COMPARED:
+        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(COMPARED)}")
     if post_method not in post_methods():
         raise UserError(f"--post-method {shown(post_method)}: choose one of {', '.join(post_methods())}")
     if len(pairs) < MIN_PAIRS:
@@ -303,7 +304,7 @@ def _common_items(asked: _Asked, task: str, every: list) -> list[str] | None:
 
 def item_outcomes(run: Run, metric: str = "accuracy") -> dict[str, bool]:
     """Per item id, the run's outcome under a per-item metric (``correct`` for accuracy)."""
-    num_field, den_field = PER_ITEM[metric]
+    num_field, den_field = METRIC[metric].field, METRIC[metric].among
     if den_field is not None:
         raise UserError(f"{metric} is a ratio over a subset of items; paired tests need a per-item metric")
     return {str(s["id"]): bool(s[num_field]) for s in samples_of(run) if s.get(num_field) is not None}
@@ -315,13 +316,15 @@ def samples_of(run: Run) -> list[dict[str, Any]]:
 
 
 def _best_own_method(runs: list[Run], metric: str) -> str | None:
-    """The method under which a post-trained model scores highest (by results.json, seeds averaged)."""
+    """The method under which a post-trained model scores best (by results.json, seeds averaged): highest, or
+    lowest for a metric lower is better of."""
     by_method: dict[str, list[float]] = {}
     for r in runs:
         value = (r.metric(metric) or {}).get("value")
         if value is not None:
             by_method.setdefault(r.method, []).append(value)
-    return max(by_method, key=lambda m: float(np.mean(by_method[m])), default=None)
+    sign = 1.0 if METRIC[metric].higher_is_better else -1.0
+    return max(by_method, key=lambda m: sign * float(np.mean(by_method[m])), default=None)
 
 
 def _row(task: str, method: str, point: tuple[float, float], boot: tuple[np.ndarray, np.ndarray],

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from softeval import methods
-from softeval.analysis.compare import PER_ITEM, Comparison, compare_runs, load_runs
+from softeval.analysis.compare import Comparison, compare_runs, load_runs
 from softeval.analysis.groups import GroupScore, group_scores
 from softeval.analysis.pairs import PairedRow, paired_method_tests
 from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.analysis.spread import Spread, SpreadTest, spread_tests, spreads
 from softeval.errors import UserError
 from softeval.methods import TREATMENT, label_of, with_role
+from softeval.metrics import METRIC
 from softeval.store.format import Run
 from softeval.store.groups import read_groups
 
@@ -78,7 +79,7 @@ def post_side(post_scores: str | Path | PostScores | None, pairs: Sequence[tuple
 def paired_metric(metric: str) -> str:
     """The metric the paired tests use: ``metric`` where it is per item, else accuracy (a ratio such as
     knowledge_accuracy has no outcome on every item)."""
-    return metric if PER_ITEM.get(metric, ("", None))[1] is None else "accuracy"
+    return metric if metric not in METRIC or METRIC[metric].among is None else "accuracy"
 
 
 def compare_record(root: Path, pairs: Sequence[tuple[str, str]] = (), metric: str = "accuracy",

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from softeval import methods
-from softeval.analysis.compare import PER_ITEM, item_outcomes, json_safe
+from softeval.analysis.compare import item_outcomes, json_safe
 from softeval.analysis.paired import PairedTest, paired_test
 from softeval.errors import UserError, shown
+from softeval.metrics import COMPARED
 from softeval.store.format import Run
 from softeval.store.identity import setting_diff
 
@@ -37,8 +38,8 @@ def paired_method_tests(runs: list[Run], metric: str = "accuracy",
     ``methods.treatment_pairs()``, the treatment against the reference and against each baseline), per task and
     model, on the items both runs scored (one seed each: pair_of; a test whose runs lack samples.jsonl is left
     out)."""
-    if metric not in PER_ITEM:
-        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(PER_ITEM)}")
+    if metric not in COMPARED:
+        raise UserError(f"--metric {shown(metric)}: choose one of {', '.join(COMPARED)}")
     found = runs_by_seed(runs)
     tests = []
     for task, model in sorted({(t, m) for t, m, _ in found}):

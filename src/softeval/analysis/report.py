@@ -27,8 +27,7 @@ from softeval.analysis.verdict import verdicts
 from softeval.diagnosis import CAUSES, count_causes
 from softeval.errors import UserError
 from softeval.methods import compared, label_of, names, pairs, reference, specs, treatment, tuned_names
-from softeval.metrics import kind_label, top_answer
-from softeval.protocol import METRICS
+from softeval.metrics import METRICS, kind_label, top_answer
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
 from softeval.store.groups import read_groups
 

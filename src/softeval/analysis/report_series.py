@@ -11,11 +11,12 @@ from matplotlib.figure import Figure
 
 from softeval.analysis.plots import img
 from softeval.methods import colour_of, label_of, names, treatment
+from softeval.metrics import METRIC
 from softeval.store.format import Run
 
-# (metric, label, line style): the strict score, and the format-free references where a run has them.
-SCORES = (("accuracy", "accuracy", "-"), ("lenient_accuracy", "lenient", ":"),
-          ("cloze_accuracy", "cloze", "--"))
+# (metric, line style): the strict score, and the format-free references where a run has them; each named by its
+# short label (softeval.metrics.METRIC_TABLE).
+SCORES = (("accuracy", "-"), ("lenient_accuracy", ":"), ("cloze_accuracy", "--"))
 
 
 def series_runs(runs: list[Run]) -> dict[tuple[str, str], dict[tuple[str, int], Run]]:
@@ -48,8 +49,8 @@ def series_figure(cells: dict[tuple[str, int], Run], title: str) -> Figure:
         if not runs:
             continue
         color = colour_of(method, "#444")
-        for metric, label, style in SCORES:
-            _band(score, runs, metric, color, style, f"{label_of(method)} {label}")
+        for metric, style in SCORES:
+            _band(score, runs, metric, color, style, f"{label_of(method)} {METRIC[metric].short}")
         _band(fmt, runs, "format_rate", color, "-", label_of(method))
     for ax, name in ((score, "score"), (fmt, "format_rate")):
         ax.set_xlabel("training step", fontsize=8.5)

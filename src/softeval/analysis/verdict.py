@@ -18,7 +18,7 @@ from typing import Any
 from softeval import methods
 from softeval.analysis.paired import PairedTest
 from softeval.analysis.pairs import PairedRow, pair_of, paired_method_tests, runs_by_seed
-from softeval.metrics import FOLLOWS_FORMAT, Z95
+from softeval.metrics import FOLLOWS_FORMAT, METRIC, Z95
 from softeval.store.format import Run
 
 ALPHA = 0.05  # a difference counts when McNemar's p is below this AND its 95% interval excludes 0
@@ -199,7 +199,7 @@ def _prior_of(baseline: Side, treated: Side) -> str:
         return ""
     prior = f"top answer {treated.top_answer} {treated.top_count}/{treated.n}"
     if treated.permutation_consistency is not None:
-        prior += f", permutation consistency {treated.permutation_consistency:.2f}"
+        prior += f", {METRIC['permutation_consistency'].label} {treated.permutation_consistency:.2f}"
     return prior
 
 
@@ -277,10 +277,10 @@ def side_of(run: Run) -> Side:
 def reference_of(run: Run | None) -> Reference | None:
     if run is None:
         return None
-    for metric, name in (("cloze_accuracy", "cloze"), ("lenient_accuracy", "lenient")):
+    for metric in ("cloze_accuracy", "lenient_accuracy"):
         value = (run.metric(metric) or {}).get("value")
         if value is not None:
-            return Reference(name, value)
+            return Reference(METRIC[metric].short, value)
     return None
 
 

@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from softeval.analysis.choices import PER_ITEM, post_methods, reference_method
+from softeval.analysis.choices import post_methods, reference_method
 from softeval.cli.groups import print_group_scores
 from softeval.cli.spread import print_spread
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown
 from softeval.methods import label_of
-from softeval.metrics import kind_label
+from softeval.metrics import COMPARED, kind_label
 from softeval.store import index
 from softeval.store.format import INDEX_FILE
 
@@ -65,7 +65,7 @@ def _ranking_args(p: argparse.ArgumentParser, required: bool) -> None:
         metavar="BASE=POST",
         help="a base model and its post-trained version (repeat; at least 3 pairs)",
     )
-    p.add_argument("--metric", default="accuracy", choices=list(PER_ITEM),
+    p.add_argument("--metric", default="accuracy", choices=list(COMPARED),
                    help="score to rank by (and to test methods on)")
     p.add_argument(
         "--post-method",

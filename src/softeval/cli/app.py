@@ -35,9 +35,9 @@ from softeval.methods import (
     treatment,
     untuned_names,
 )
-from softeval.metrics import top_answer
+from softeval.metrics import METRIC, METRICS, top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import METRICS, SOURCE_METRICS
+from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, METHODS, TUNING, RunConfig
 from softeval.store.format import Run
 from softeval.tasks.lmeval_bridge import check_include_path
@@ -216,12 +216,6 @@ def cmd_eval(args) -> int:
     return 0
 
 
-SHORT = {"accuracy": "accuracy", "format_rate": "format", "knowledge_accuracy": "knowledge",
-         "lenient_accuracy": "lenient", "f1": "f1", "letter_loglik_accuracy": "letter ll",
-         "cloze_accuracy": "cloze", "cloze_accuracy_norm": "cloze norm",
-         "permutation_consistency": "perm. cons.", "circular_accuracy": "circular"}
-
-
 def _metric_cell(m: dict | None) -> str:
     """One metric of one run: its value over its 95% interval, or "-"."""
     if not m or m["value"] is None:
@@ -238,7 +232,7 @@ def _results_table(results: list[dict]) -> Table:
                                f"value [{interval}]"))
     table.add_column("method", no_wrap=True, min_width=11)
     for metric in present:
-        table.add_column(SHORT[metric], justify="right", min_width=9)
+        table.add_column(METRIC[metric].short, justify="right", min_width=9)
     answers = any(r.get("answers") for r in results)
     if answers:
         table.add_column("top answer", justify="right")

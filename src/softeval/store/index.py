@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from softeval.errors import UserError, shown
-from softeval.metrics import top_answer
-from softeval.protocol import ADAPTER_WEIGHTS, METRICS
+from softeval.metrics import METRICS, top_answer
+from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.store.format import (
     INDEX_FILE,
     RESULTS_FILE,
