@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from softeval.declared import json_schema, said
 from softeval.errors import shown
@@ -26,20 +26,23 @@ def _is(what: str):
 
 
 # The types of the records' keys, each with what a value of another type is said not to be. Strict: JSON's true
-# is no integer, "1" no number; an integer is a number.
+# is no integer, "1" no number; an integer is a number, and stays an integer (as_json gives back the file's 60, not
+# 60.0: pydantic's float would turn it into one).
 Integer = Annotated[int, _is("an integer")]
 Count = Annotated[int, Field(ge=0), _is("a count of items")]  # an integer that is not negative
-Number = Annotated[float, _is("a number")]
+Number = Annotated[int | float, WithJsonSchema({"type": "number"}), _is("a number")]
 Text = Annotated[str, _is("a string")]
 Flag = Annotated[bool, _is("true or false")]
 Object = Annotated[dict, _is("an object")]
 Items = Annotated[list, _is("a list")]
 TextOrNull = Annotated[str | None, _is("a string or null")]
 IntegerOrNull = Annotated[int | None, _is("an integer or null")]
-NumberOrNull = Annotated[float | None, _is("a number or null")]
+NumberOrNull = Annotated[int | float | None, WithJsonSchema({"type": ["number", "null"]}), _is("a number or null")]
 FlagOrNull = Annotated[bool | None, _is("true, false or null")]
 ObjectOrNull = Annotated[dict | None, _is("an object or null")]
-NumbersOrNull = Annotated[list[float] | None, _is("a list of numbers or null")]
+NumbersOrNull = Annotated[list[int | float] | None,
+                          WithJsonSchema({"type": ["array", "null"], "items": {"type": "number"}}),
+                          _is("a list of numbers or null")]
 TextsOrNull = Annotated[list[str] | None, _is("a list of strings or null")]
 
 
