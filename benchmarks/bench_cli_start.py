@@ -3,7 +3,7 @@
 wall time of several runs of the command, each in a fresh process, as a user types it.
 
 The runs are written by the store's own code (``store.runs.RunFolder.finish``, the record of
-``store.record.Results``, the metrics of ``metrics.aggregate``), so every reader takes them as finished runs:
+``store.schema.ResultsRecord``, the metrics of ``metrics.aggregate``), so every reader takes them as finished runs:
 N/5 models, each with a zero-shot, a few-shot and three soft-prompt seeds on MMLU-shaped items (the soft
 prompt a stand-in file: `runs` never reads it). The script checks that `softeval runs --json` lists all N.
 
@@ -75,8 +75,8 @@ def _write_run(out: Path, model: str, method: str, seed: int, samples: list[dict
     from softeval.metrics import aggregate, answer_counts
     from softeval.protocol import ADAPTER_WEIGHTS
     from softeval.store.format import samples_digest
-    from softeval.store.record import Results
     from softeval.store.runs import RunFolder, jsonl_text, now, versions
+    from softeval.store.schema import ResultsRecord
 
     text = jsonl_text(samples)
     folder = RunFolder.at(out, model, "mmlu", method, seed)
@@ -85,7 +85,7 @@ def _write_run(out: Path, model: str, method: str, seed: int, samples: list[dict
     if spec.folder is not None:  # a tuned run holds what it trained; `runs` never reads it
         (partial / spec.folder).mkdir(exist_ok=True)
         (partial / spec.folder / ADAPTER_WEIGHTS).write_bytes(b"stand-in")
-    results = Results(
+    results = ResultsRecord(
         softeval_version=versions()["softeval"], model=model, model_kind="base", model_kind_source="preset",
         task="mmlu", method=method, seed=seed, n=len(samples), series=None, step=None, metrics=aggregate(samples),
         answers=answer_counts(samples), format_failures=count_causes(samples),

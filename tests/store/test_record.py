@@ -1,6 +1,7 @@
-"""results.json's record (softeval.store.record): what the run writes, what every reader checks, what
-docs/reference/run-format.md names, key for key; and the format versions of results.json and the runs index: a
-file of another version (or of none) is refused in one line naming both, never read as this one."""
+"""results.json's record (softeval.store.schema.ResultsRecord; its format version: softeval.store.record): what the
+run writes, what every reader checks, what docs/reference/run-format.md names, key for key; and the format versions of
+results.json and the runs index: a file of another version (or of none) is refused in one line naming both, never read
+as this one."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from softeval.protocol import SOFT_PROMPT_FORMAT_VERSION
 from softeval.run.pipeline import is_finished, run_job
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, RESULTS_FILE, load_results, scan
-from softeval.store.record import KEYS, RESULTS_FORMAT_VERSION, OtherFormat, Results
+from softeval.store.record import RESULTS_FORMAT_VERSION, OtherFormat
 from softeval.store.runs import FIXES, OtherSettings, RunFolder
+from softeval.store.schema import RESULTS_KEYS as KEYS
+from softeval.store.schema import ResultsRecord
 from softeval.version import __version__
 
 DOC = Path(__file__).parents[2] / "docs" / "reference" / "run-format.md"
@@ -69,7 +72,7 @@ def test_the_run_fills_the_record_and_saves_its_soft_prompt_with_a_format_versio
         assert list(written) == list(KEYS) and written["format_version"] == RESULTS_FORMAT_VERSION
         assert json.loads(json.dumps(result, default=str)) == written  # what run_job returns is the file
         assert load_results(folder) == written  # the reader takes it as it is
-        assert Results(**written).as_json() == written
+        assert ResultsRecord(**written).as_json() == written
     soft_prompt = tmp_path / "tiny-0" / "toyformat" / "soft-prompt" / "seed0" / "soft_prompt"
     meta = json.loads((soft_prompt / SOFTEVAL_META).read_text())
     assert meta["format_version"] == SOFT_PROMPT_FORMAT_VERSION

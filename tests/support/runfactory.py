@@ -123,7 +123,7 @@ def write_run(out: Path, model: str, task: str, method: str, correct: Sequence[b
     n = len(samples)
     failed = n - sum(s["format_ok"] for s in samples)
     text = "".join(json.dumps(s) + "\n" for s in samples)
-    results = {  # every key of softeval.store.record.Results, in its order
+    results = {  # every key of softeval.store.schema.ResultsRecord, in its order
         "format_version": RESULTS_FORMAT_VERSION, "softeval_version": "0.1.0", "model": model,
         "model_kind": extras.model_kind, "model_kind_source": "preset", "task": task, "method": method, "seed": seed,
         "n": n, "series": None, "step": None, "metrics": _metrics(samples, items),

@@ -41,8 +41,8 @@ from softeval.run.validate import check_config, init_note, unused_note
 from softeval.store.format import OUTPUTS_FILE, samples_digest
 from softeval.store.identity import identity_of, reads
 from softeval.store.locking import describe
-from softeval.store.record import Results
 from softeval.store.runs import REDO, RunFolder, git_hash, jsonl_text, now, versions
+from softeval.store.schema import ResultsRecord
 from softeval.tasks import get_task
 from softeval.tasks.data import seeded_subset
 from softeval.tasks.variants import count as variant_count
@@ -353,7 +353,7 @@ def shortfalls(job: Job, samples: list[dict]) -> tuple[int, int]:
 
 def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, trained: Trained, identity: dict,
                started: str, t0: float) -> dict:
-    """results.json of one method's run (its record: softeval.store.record), in the order it is written."""
+    """results.json of one method's run (its record: softeval.store.schema.ResultsRecord), in the order written."""
     cfg, lm, prompter = job.config, job.lm, job.prompter
     found = versions()
     unscorable, truncated = shortfalls(job, samples)
@@ -361,7 +361,7 @@ def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, train
     source_metrics = job.task.extra.get("source_metrics")  # a task source's own aggregation (lm-eval's)
     if source_metrics is not None:
         metrics[SOURCE_METRICS] = source_metrics(samples)
-    return Results(
+    return ResultsRecord(
         softeval_version=found["softeval"],
         model=cfg.model, model_kind=lm.kind, model_kind_source=lm.kind_source,
         task=cfg.task, method=spec.name, seed=cfg.seed, n=len(samples),

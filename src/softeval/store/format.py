@@ -27,11 +27,12 @@ from softeval.errors import shown
 from softeval.methods import known, spec_of, specs
 from softeval.metrics import aggregate, answer_counts
 from softeval.protocol import ADAPTER_WEIGHTS, SOURCE_METRICS
-from softeval.store.record import RESULTS_FILE, RunFormatError, check
+from softeval.store.record import CURVE_FILE as CURVE_FILE  # named here with every other name of a run folder
+from softeval.store.record import RESULTS_FILE, SAMPLES_FILE, RunFormatError, check_version
 
-# In a finished run folder (and RESULTS_FILE, results.json: softeval.store.record, its record).
-SAMPLES_FILE = "samples.jsonl"
-CURVE_FILE = "curve.jsonl"  # soft-prompt and lora runs: the learning curve
+# In a finished run folder: RESULTS_FILE, SAMPLES_FILE and CURVE_FILE (soft-prompt and lora runs: the learning
+# curve), named in softeval.store.record beside results.json's format version (their records: softeval.store.schema);
+# and:
 # A tuned method's run also holds what it trained, in its spec's folder (methods.MethodSpec.folder: protocol's
 # SOFT_PROMPT_FOLDER, the tuned prompt in softeval.lm.softprompt's format, or LORA_FOLDER, PEFT's LoRA format).
 CONFIG_FILE = "config.json"  # the run's options, written when its partial folder is started
@@ -212,7 +213,7 @@ class ScanReport:
 
 
 def load_results(run_dir: Path) -> dict[str, Any]:
-    """Read and check a run's results.json against its record (``softeval.store.record.Results``); raise
+    """Read and check a run's results.json against its record (``softeval.store.schema.ResultsRecord``); raise
     RunFormatError saying what is wrong, OtherFormat (one) when it is of another format version."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
@@ -223,7 +224,10 @@ def load_results(run_dir: Path) -> dict[str, Any]:
         raise RunFormatError(f"{RESULTS_FILE} is not valid JSON ({exc})") from None
     if not isinstance(results, dict):
         raise RunFormatError(f"{RESULTS_FILE} is not a JSON object")
-    check(results)
+    check_version(results)
+    from softeval.store.schema import check_results  # pydantic, imported when a run is first checked
+
+    check_results(results)
     return results
 
 
@@ -304,7 +308,9 @@ def _first_difference(recorded: Any, computed: Any, where: str) -> str:
 
 def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any]]:
     """samples.jsonl's rows; RunFormatError when it is not the file results.json was written with: its
-    sha256, every row a JSON object, n rows."""
+    sha256, every row a scored item (``softeval.store.schema.SampleRow``), n rows."""
+    from softeval.store.schema import sample_problem  # pydantic, imported when a run is first checked
+
     path = Path(run_dir) / SAMPLES_FILE
     try:
         data = path.read_bytes()
@@ -322,6 +328,9 @@ def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any
                 raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not JSON (torn): {DAMAGED}") from None
             if not isinstance(row, dict):
                 raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not an object: {DAMAGED}")
+            problem = sample_problem(row)
+            if problem:
+                raise RunFormatError(f"{SAMPLES_FILE} line {line_no} is not a scored item ({problem}): {DAMAGED}")
             rows.append(row)
     if len(rows) != results["n"]:
         raise RunFormatError(f"{SAMPLES_FILE} has {len(rows)} rows but {RESULTS_FILE} says n={results['n']}: "
@@ -330,12 +339,14 @@ def verify_samples(run_dir: Path, results: dict[str, Any]) -> list[dict[str, Any
 
 
 def read_curve(path: Path) -> list[dict[str, Any]]:
-    """A run's curve.jsonl; ValueError when a row is not a curve point (torn, not UTF-8, a step or a
-    value that is not a number). No metric is computed from it, so it has no checksum of its own."""
+    """A run's curve.jsonl; ValueError when a row is not a curve point (torn, not UTF-8, not a
+    ``softeval.store.schema.CurveRow``: a step or a value that is not a number). No metric is computed from it, so
+    it has no checksum of its own."""
+    from softeval.store.schema import curve_problem  # pydantic, imported when a curve is read
+
     rows = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     for row in rows:
-        if not isinstance(row, dict) or not is_number(row.get("step")) or not all(
-                row.get(k) is None or is_number(row[k]) for k in ("loss", "format_rate", "accuracy")):
+        if not isinstance(row, dict) or curve_problem(row):
             raise ValueError(f"not a curve point: {json.dumps(row)[:80]}")
     return rows
 
