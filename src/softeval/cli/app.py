@@ -306,15 +306,22 @@ def _lm_eval_tasks(args) -> int:
     return 0
 
 
-def _task_row(task: Task, source: str) -> dict:
+def _task_row(name: str, source: str) -> dict:
     """``softeval tasks``' row of one task: its sources, splits and sizes from ``source``, or null sizes and a
-    note saying why it cannot load from there."""
-    row = {"name": task.name, "description": task.description, "revision": task.revision,
-           "target_kind": task.target_kind,
-           "multiple_choice": task.multiple_choice, "sources": list(task.sources), "source": source,
-           "tune_split": None, "eval_split": None,
+    note saying why it cannot load from there (or, for another package's task that does not load, why not)."""
+    from softeval.tasks import TASKS  # the task registry: when tasks are listed
+
+    row = {"name": name, "description": None, "revision": None, "target_kind": None, "multiple_choice": None,
+           "sources": [], "source": source, "tune_split": None, "eval_split": None,
            "n_tune": None, "n_eval": None, "held_out": None, "seed": None, "note": "", "skipped_rows": 0,
            "dropped_test_duplicates": 0}
+    try:
+        task: Task = TASKS[name]
+    except UserError as err:  # an entry point that does not load: still listed, its one line the note
+        row["note"] = str(err)
+        return row
+    row.update(description=task.description, revision=task.revision, target_kind=task.target_kind,
+               multiple_choice=task.multiple_choice, sources=list(task.sources))
     source_kind = source if source in ("offline", "hub") else "file"
     if source_kind not in task.sources:
         row["note"] = (f"no {source_kind} source: use --source " + " or ".join(task.sources)
@@ -359,7 +366,7 @@ def cmd_tasks(args) -> int:
         raise UserError(f"--include-path {args.include_path} is for lm-eval tasks: add --lm-eval [PATTERN] or --show")
     from softeval.tasks import TASKS  # the task registry: when tasks are listed
 
-    rows = [_task_row(task, args.source) for task in TASKS.values()]
+    rows = [_task_row(name, args.source) for name in TASKS]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
