@@ -1,5 +1,5 @@
 """A task of another distribution, registered through the entry-point group ``softeval.tasks`` with no change to
-softeval (docs/guide/task-files.md, "A task from another package"): `softeval tasks` lists it, ``get_task`` finds it
+softeval (docs/reference/tasks.md, "A task from another package"): `softeval tasks` lists it, ``get_task`` finds it
 and a run scores it; an entry point that does not load is one line when it is chosen and breaks nothing else."""
 
 from __future__ import annotations

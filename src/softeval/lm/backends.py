@@ -115,7 +115,8 @@ def known(name: object) -> bool:
 
 
 class _Names(Collection):
-    """``--backend``'s choices, read when asked: a backend registered or installed later is one of them."""
+    """``--backend``'s choices, read when asked: a backend registered later is one of them (entry points are
+    read once per process)."""
 
     def __contains__(self, name: object) -> bool:
         return known(name)

@@ -42,7 +42,7 @@ REGISTRY: Registry[Task] = Registry("task", ENTRY_POINTS, BUILT_IN, check=_is_ta
 
 
 class _Tasks(MutableMapping):
-    """Every named task (``REGISTRY``), read when asked: a task registered or installed later is one of them.
+    """Every named task (``REGISTRY``), read when asked: a task registered later is one of them.
     Listing imports no task; ``TASKS[name]`` imports that one (a UserError where its entry point does not load);
     ``TASKS[name] = task`` registers a task in this process, ``del`` takes it back."""
 
