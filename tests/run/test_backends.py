@@ -20,6 +20,7 @@ from softeval.lm import backends
 from softeval.lm.backends import Backend
 from softeval.lm.hf_engine import HfEngine
 from softeval.lm.vllm_engine import VllmEngine
+from softeval.registry import reread_entry_points
 from softeval.run import pipeline, validate
 from softeval.run.config import OPTIONS, SWEEP_FILE, RunConfig
 
@@ -78,13 +79,16 @@ PLUGIN_MODULES = ("softeval_counting", "softeval_counting.engine")
 
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
-    """The test's distribution installed (its folder on sys.path) for one test; its modules forgotten after."""
+    """The test's distribution installed (its folder on sys.path) for one test; its modules and entry points
+    forgotten after (entry points are read once per process: softeval/registry.py)."""
     root = tmp_path / "site"
     for name, text in PLUGIN.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(textwrap.dedent(text).lstrip())
     monkeypatch.syspath_prepend(str(root))
+    reread_entry_points()
     yield
+    reread_entry_points()
     for name in PLUGIN_MODULES:
         sys.modules.pop(name, None)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import softeval.tasks
 from softeval.cli import app
 from softeval.tasks import TASKS, base, qa
 from softeval.tasks.base import (
@@ -69,7 +68,7 @@ def test_softeval_tasks_shows_a_task_s_own_source_example(monkeypatch, capsys):
     assert TASKS["belebele"].source_example == "hub:fra_Latn"
     hub_only = replace(TASKS["belebele"], name="hub_only", sources=("hub",), source_example="")
     # the registry `softeval tasks` reads when it runs
-    monkeypatch.setattr(softeval.tasks, "TASKS", {"belebele": TASKS["belebele"], "hub_only": hub_only})
+    monkeypatch.setattr(app, "TASKS", {"belebele": TASKS["belebele"], "hub_only": hub_only})
     assert app.main(["tasks", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     notes = {row["name"]: row["note"] for row in rows}

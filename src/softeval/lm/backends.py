@@ -1,30 +1,30 @@
 """The backends by name (``--backend``), and the engine of a loaded model: started, kept, closed.
 
-This is the one registry, and a lazy one. A backend is a ``Backend``: a description that names its engine
-(and its checks) by module path, so that nothing imports an engine until its backend starts one (importing
-this module imports neither vLLM nor ``vllm_engine``). The built-ins are ``BUILT_IN``; another distribution
-adds one through the entry-point group ``softeval.backends`` (``ENTRY_POINTS``: the entry point's name is the
-backend's, its value names a ``Backend``, loaded when that backend is looked up); a program or a test calls
-``register``. ``--backend``'s choices (``NAMES``, a live view), default and help (``backend_help``, written when
-``--help`` shows it), the refusal of engine arguments given to a backend that takes none and each backend's own
-checks (run/validate.py), and what `softeval track` passes on all come from here
-(docs/reference/architecture.md, "Adding a backend"). ``run`` and ``sweep`` never name a backend.
+This is the one registry of backends, and a lazy one (``REGISTRY``, of softeval's one registry shape:
+softeval/registry.py). A backend is a ``Backend``: a description that names its engine (and its checks) by module
+path, so that nothing imports an engine until its backend starts one (importing this module imports neither vLLM
+nor ``vllm_engine``). The built-ins are ``BUILT_IN``; another distribution adds one through the entry-point group
+``softeval.backends`` (``ENTRY_POINTS``: the entry point's name is the backend's, its value names a ``Backend``,
+loaded when that backend is looked up; entry points are read once per process, and one that does not load is one
+line when chosen, breaking no other backend); a program or a test calls ``register``. ``--backend``'s choices
+(``NAMES``, a live view), default and help (``backend_help``, written when ``--help`` shows it), the refusal of
+engine arguments given to a backend that takes none and each backend's own checks (run/validate.py), and what
+`softeval track` passes on all come from here (docs/reference/architecture.md, "Adding a backend"). ``run`` and
+``sweep`` never name a backend.
 """
 
 from __future__ import annotations
 
-import os
 import pkgutil
-import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from softeval.errors import UserError, shown
 from softeval.lm.engine import HF, Engine, Names
 from softeval.methods.part import ENTERS, INPUT_PREFIX
+from softeval.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: the backends' table imports no torch (the option table reads it)
     from softeval.lm.models import LoadedModel
@@ -79,6 +79,13 @@ def _resolved(ref):
     return pkgutil.resolve_name(ref) if isinstance(ref, str) else ref
 
 
+def _is_backend(name: str, obj: object) -> Backend:
+    """The registry's check: an entry names a ``Backend`` of its own name."""
+    if not isinstance(obj, Backend) or obj.name != name:
+        raise TypeError(f"it names {shown(obj)}, not a softeval.lm.backends.Backend called {name}")
+    return obj
+
+
 BUILT_IN: dict[str, Backend] = {b.name: b for b in (
     Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", parts=ENTERS),
     Backend("vllm", "softeval.lm.vllm_engine:start",
@@ -87,56 +94,32 @@ BUILT_IN: dict[str, Backend] = {b.name: b for b in (
             started=lambda e: f"vLLM {e.version} engine started in {e.start_seconds:.0f}s"),
 )}
 DEFAULT = HF
-_REGISTERED: dict[str, Backend] = {}  # register()'s, in this process
+REGISTRY: Registry[Backend] = Registry("backend", ENTRY_POINTS, BUILT_IN.items(), check=_is_backend)
 
 
 def register(backend: Backend) -> None:
     """Make ``backend`` a choice of ``--backend`` (and of a sweep file's ``backend:``) in this process; a
-    built-in's name stays the built-in's."""
-    _REGISTERED[backend.name] = backend
+    built-in's name stays the built-in's (ValueError)."""
+    REGISTRY.register(backend.name, backend, replace=True)
 
 
 def unregister(name: str) -> None:
     """Take back a backend ``register`` added (a test's own, after the test)."""
-    _REGISTERED.pop(name, None)
-
-
-def _entry_points() -> dict[str, metadata.EntryPoint]:
-    """The installed ``softeval.backends`` entry points by name: only when a name that is not built in or
-    registered is looked up, or every name listed. Read anew (a few tens of ms) when ``sys.path`` or one of its
-    folders changed since the last read (a distribution installed, or a folder put on the path), else the last
-    read's: `softeval run --help` lists the names a dozen times (choices, usage, help)."""
-    state = _path_state()
-    if _READ.get("state") != state:
-        _READ.update(state=state, found={ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)})
-    return _READ["found"]
-
-
-_READ: dict = {}  # the last read of the entry points, and the state of sys.path it was read in
-
-
-def _path_state() -> tuple:
-    """``sys.path`` with each folder's modification time (a distribution installed into one changes it)."""
-    state = []
-    for entry in sys.path:
-        try:
-            state.append((entry, os.stat(entry or ".").st_mtime_ns))
-        except OSError:
-            state.append((entry, None))
-    return tuple(state)
+    REGISTRY.unregister(name)
 
 
 def names() -> tuple[str, ...]:
     """Every backend's name: the built-ins, the registered ones, then those of entry points."""
-    return tuple(dict.fromkeys([*BUILT_IN, *_REGISTERED, *_entry_points()]))
+    return REGISTRY.names()
 
 
 def known(name: object) -> bool:
-    return isinstance(name, str) and (name in BUILT_IN or name in _REGISTERED or name in _entry_points())
+    return name in REGISTRY
 
 
 class _Names(Collection):
-    """``--backend``'s choices, read when asked: a backend registered or installed later is one of them."""
+    """``--backend``'s choices, read when asked: a backend registered later is one of them (entry points are
+    read once per process)."""
 
     def __contains__(self, name: object) -> bool:
         return known(name)
@@ -154,34 +137,13 @@ NAMES = _Names()
 def backend(name: str) -> Backend:
     """The backend called ``name``; one of an entry point is loaded now (its package's description, not its
     engine). An unknown name, or an entry point that does not load or names no ``Backend`` of that name, is a
-    UserError."""
-    found = BUILT_IN.get(name) or _REGISTERED.get(name)
-    if found is not None:
-        return found
-    entry = _entry_points().get(name)
-    if entry is None:
-        raise UserError(f"unknown backend {shown(name)}: use {', '.join(names())}")
-    where = f"backend {name} ({ENTRY_POINTS} entry point {entry.value} of {entry.dist.name if entry.dist else '?'})"
-    try:
-        obj = entry.load()
-    except Exception as err:  # noqa: BLE001 - another package's import fails with anything
-        raise UserError(f"{where} does not load ({type(err).__name__}: {err}): fix or reinstall that package, "
-                        "or choose another backend") from None
-    if not isinstance(obj, Backend) or obj.name != name:
-        raise UserError(f"{where} names {shown(obj)}, not a softeval.lm.backends.Backend called {name}: "
-                        "fix that package's entry point")
-    return obj
+    UserError (registry.py: one line naming the entry point, its distribution and why)."""
+    return REGISTRY.get(name)
 
 
 def described() -> dict[str, Backend | None]:
     """Every backend by name with its description, None where an entry point's does not load."""
-    found: dict[str, Backend | None] = {}
-    for name in names():
-        try:
-            found[name] = backend(name)
-        except UserError:
-            found[name] = None
-    return found
+    return {name: None if isinstance(b, UserError) else b for name, b in REGISTRY.loaded().items()}
 
 
 def backend_help() -> str:

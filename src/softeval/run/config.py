@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from softeval.errors import UserError
 from softeval.lm.backends import DEFAULT, NAMES, backend_help
 from softeval.lm.settings import LORA_TARGETS, TUNE_DTYPES
 from softeval.methods import default_names
@@ -51,9 +52,10 @@ BY_TARGET = _ByTarget()
 
 def on_worked_solutions(key: str) -> str:
     """The help's words on an option's default for worked solutions."""
-    from softeval.tasks import TASKS  # read when the help is shown: the option table imports no task
+    from softeval.tasks import REGISTRY  # read when the help is shown: the option table imports no task
 
-    names = ", ".join(name for name, task in TASKS.items() if task.target_kind == WORKED_SOLUTION)
+    names = ", ".join(name for name, task in REGISTRY.loaded().items()
+                      if not isinstance(task, UserError) and task.target_kind == WORKED_SOLUTION)
     return f"{TARGET_DEFAULTS[WORKED_SOLUTION][key]} on tasks whose targets are worked solutions: {names}"
 
 
