@@ -12,28 +12,29 @@ import pytest
 from softeval import methods
 from softeval.errors import UserError
 from softeval.methods import BASELINE, MethodSpec
-from softeval.methods.part import ADAPTER, INPUT_PREFIX
+from softeval.methods.part import ADAPTER, INPUT_PREFIX, LAYER_PREFIX
 from softeval.store.identity import identity_of, reads
 
-BUILT_IN = ("zero-shot", "few-shot", "soft-prompt", "lora")
+BUILT_IN = ("zero-shot", "few-shot", "soft-prompt", "lora", "prefix-tuning")
 SRC = Path(methods.__file__).resolve().parents[1]
 
 
 def test_the_built_ins_in_table_order_with_their_kinds_and_roles():
-    assert methods.names()[:4] == BUILT_IN
+    assert methods.names()[:5] == BUILT_IN
     assert methods.default_names() == ("zero-shot", "few-shot", "soft-prompt")
-    assert methods.tuned_names() == ("soft-prompt", "lora")
+    assert methods.tuned_names() == ("soft-prompt", "lora", "prefix-tuning")
     assert methods.untuned_names() == ("zero-shot", "few-shot")
     assert [methods.maker_of(m) and methods.maker_of(m).enters for m in BUILT_IN] == [None, None, INPUT_PREFIX,
-                                                                                        ADAPTER]
-    assert [methods.spec_of(m).shots for m in BUILT_IN] == [False, True, False, False]
+                                                                                        ADAPTER, LAYER_PREFIX]
+    assert [methods.spec_of(m).shots for m in BUILT_IN] == [False, True, False, False, False]
     assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
     assert methods.order(["lora", "x-later", "zero-shot", "few-shot"]) == ["zero-shot", "few-shot", "lora", "x-later"]
     assert methods.colour_of("not-registered") == "#444444" and methods.label_of("not-registered") == "not-registered"
 
 
 def test_an_unknown_method_is_one_line_naming_those_there_are():
-    with pytest.raises(UserError, match=r"^unknown method 'zero_shot': use zero-shot, few-shot, soft-prompt, lora"):
+    with pytest.raises(UserError, match=r"^unknown method 'zero_shot': use zero-shot, few-shot, soft-prompt, lora, "
+                                        "prefix-tuning"):
         methods.spec_of("zero_shot")
 
 
@@ -73,6 +74,7 @@ def test_each_method_reads_the_options_its_spec_names_and_every_other():
     assert read["few-shot"] == common | {"seed", "shots"}
     assert read["soft-prompt"] == common | {"seed", "steps", "lr", "init"}
     assert read["lora"] == common | {"seed", "steps", "lora_rank", "lora_lr"}
+    assert read["prefix-tuning"] == common | {"seed", "steps", "lr"}  # not --init: it starts from activations
     assert reads("not-registered", "shots")  # a method not registered here keeps its whole identity
 
 

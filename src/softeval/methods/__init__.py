@@ -13,163 +13,54 @@ layer, and imports nothing heavy.
 from __future__ import annotations
 
 import importlib
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from importlib import metadata
+from collections.abc import Iterable
 
 from softeval.errors import UserError, shown
 from softeval.methods.part import PartMaker
+from softeval.methods.spec import (  # noqa: F401 (the names every layer imports from here)
+    ALTERNATIVE,
+    ANSWER_LINE,
+    BASELINE,
+    LORA_OPTIONS,
+    METHOD_OPTIONS,
+    NAME,
+    POOL_OPTIONS,
+    REFERENCE,
+    ROLES,
+    SAVED_PART,
+    SAVED_SOFT_PROMPT,
+    SHOT_OPTIONS,
+    SOFT_PROMPT_OPTIONS,
+    TREATMENT,
+    TUNE_DTYPE_RESOLVED,
+    TUNING_OPTIONS,
+    MethodSpec,
+    check,
+)
+from softeval.registry import Registry
 
 ENTRY_POINTS = "softeval.methods"
-
-# A method's role in the verdicts and the report (docs/reference/verdicts.md):
-# - REFERENCE: the bare prompt; its run gives the format-free references (cloze, letter log-likelihood) and is what
-#   a gain is measured from;
-# - BASELINE: another way of prompting (shots), which a treatment is compared with and which is itself compared
-#   with the reference when no treatment ran;
-# - TREATMENT: what softeval is about (the soft prompt): tested item by item against the reference and each
-#   baseline, and the one whose permutation scores the report shows;
-# - ALTERNATIVE: scored and shown beside the others (its own curve, its own column), in no verdict pair.
-REFERENCE, BASELINE, TREATMENT, ALTERNATIVE = "reference", "baseline", "treatment", "alternative"
-ROLES = (REFERENCE, BASELINE, TREATMENT, ALTERNATIVE)
-
-# The run options only some methods read (store/identity.py: an option a method does not read is not part of its
-# identity, so new tuning settings leave a finished zero-shot run finished). Every option not named here is read by
-# every method (tokens: the prompt budget beside a soft prompt; eval_batch_size; the task, the model...). A spec's
-# ``reads`` names which of these it reads.
-# TUNE_DTYPE_RESOLVED: --tune-dtype as the machine running the run resolves it; ANSWER_LINE: what the answer line
-# that --answer-share weighs holds (store/identity.py says more of both).
-TUNE_DTYPE_RESOLVED = "tune_dtype_resolved"
-ANSWER_LINE = "answer_line"
-TUNING_OPTIONS = ("steps", "epochs", "lr_schedule", "answer_share", ANSWER_LINE, "curve_every", "length_group",
-                  "early_stop", "tune_dtype", TUNE_DTYPE_RESOLVED)
-SOFT_PROMPT_OPTIONS = ("lr", "init")  # the soft prompt's own tuning settings
-SAVED_PART = "soft_prompt"  # a saved part scored again without tuning (`softeval eval --soft-prompt`)
-SAVED_SOFT_PROMPT = (SAVED_PART, "soft_prompt_sha256")  # the saved soft prompt and its digest (store/identity.py)
-LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_lr", "lora_targets")
-SHOT_OPTIONS = ("shots",)
-# seed, batch_size and curve_items pick the held-out tuning items, hence the tuning pool and the shots
-# (tests/run/test_zero_shot_reads.py)
-POOL_OPTIONS = ("seed", "batch_size", "curve_items")
-METHOD_OPTIONS = frozenset((*TUNING_OPTIONS, *SOFT_PROMPT_OPTIONS, *SAVED_SOFT_PROMPT, *LORA_OPTIONS, *SHOT_OPTIONS,
-                            *POOL_OPTIONS))
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """One method. ``name``: what `--method` and results.json say; ``label``: how a table or legend shows it;
-    ``colour``: its colour in the report's charts; ``who``: how a verdict names what the method puts before the
-    model ("the soft prompt"); ``role``: ROLES; ``shots``: it puts the solved shots before
-    each item; ``reads``: the METHOD_OPTIONS it reads; ``default``: scored when no method is named (and always
-    given a column); ``part``: the ``"module:attr"`` of the maker of what it trains before it scores
-    (methods/part.py; None: it trains nothing); ``folder``: the folder of a finished run that holds what it
-    trained; ``advice``: what to try when its tuning never reached the format on the held-out slice, and
-    ``recipe_advice`` instead when it had tuned with the defaults for worked solutions already (those are not news);
-    ``frame``: a rewrite of each item's rendered question, the same in tuning and scoring (None: the task's own)."""
-
-    name: str
-    label: str
-    colour: str
-    who: str
-    role: str
-    part: str | None = None
-    shots: bool = False
-    reads: tuple[str, ...] = ()
-    default: bool = True
-    folder: str | None = None
-    advice: str = ""
-    recipe_advice: str = ""
-    frame: Callable[[str], str] | None = None
-
-    @property
-    def tunes(self) -> bool:
-        """It trains something on the tuning split before scoring (run/tune.py's one loop)."""
-        return self.part is not None
-
-    def reads_option(self, option: str) -> bool:
-        """Whether a run of this method reads ``option``: every option but the METHOD_OPTIONS it does not name."""
-        return option not in METHOD_OPTIONS or option in self.reads
-
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a method's name: one folder of a run's path, one item of --method
-MAKER = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # a part maker's "module:attr"
-_REGISTRY: dict[str, MethodSpec] = {}
-_BROKEN: dict[str, str] = {}  # an entry point that did not load: why, said when its method is chosen
-_loaded = False
+# the built-ins, in the order tables show them; each module imported when the registry is first read
+REGISTRY: Registry[MethodSpec] = Registry("method", ENTRY_POINTS, [
+    (name, f"softeval.methods.{module}:SPEC") for name, module in (
+        ("zero-shot", "zero_shot"), ("few-shot", "few_shot"), ("soft-prompt", "soft_prompt"), ("lora", "lora"),
+        ("prefix-tuning", "prefix_tuning"))], check=check)
 
 
 def register(spec: MethodSpec, replace: bool = False) -> MethodSpec:
     """Add ``spec`` to the registry (``replace``: over a method of the same name, for tests); returns it."""
-    _check(spec)
-    if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] != spec:
-        raise ValueError(f"method {spec.name!r} is registered already")
-    _REGISTRY[spec.name] = spec
-    return spec
+    return REGISTRY.register(spec.name if isinstance(spec, MethodSpec) else str(spec), spec, replace)
 
 
 def unregister(name: str) -> None:
     """Remove a method (a test's own, after the test)."""
-    _REGISTRY.pop(name, None)
-
-
-def _check(spec: MethodSpec) -> None:
-    if not isinstance(spec, MethodSpec):
-        raise TypeError(f"not a MethodSpec: {spec!r}")
-    if not isinstance(spec.name, str) or not NAME.fullmatch(spec.name):
-        raise ValueError(f"method name {spec.name!r}: a run folder and `--method a,b` hold it, so letters, digits, "
-                         "'.', '_' and '-' only, starting with a letter or digit")
-    bad = [o for o in spec.reads if o not in METHOD_OPTIONS]
-    if bad:
-        raise ValueError(f"method {spec.name!r} reads {bad}, which are not options only some methods read "
-                         f"(methods.METHOD_OPTIONS); every other option is read by every method")
-    if spec.role not in ROLES:
-        raise ValueError(f"method {spec.name!r}: role must be one of {ROLES}")
-    if spec.part is not None and (not isinstance(spec.part, str) or not MAKER.fullmatch(spec.part)):
-        raise ValueError(f"method {spec.name!r}: part must name its maker as 'module:attr', not {spec.part!r}")
-    if spec.tunes and spec.folder is None:
-        raise ValueError(f"method {spec.name!r} trains a part: name the folder a finished run keeps it in")
-
-
-def _load() -> None:
-    """The built-in methods, then those other distributions register by entry point (once per process)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    # here, not at the top: each imports this module to register itself
-    from softeval.methods import few_shot, lora, prefix_tuning, soft_prompt, zero_shot
-
-    # the built-ins first, in the order tables show them (imports register in import order, which isort sorts)
-    first = {s.name: s for s in (zero_shot.SPEC, few_shot.SPEC, soft_prompt.SPEC, lora.SPEC, prefix_tuning.SPEC)}
-    rest = {name: spec for name, spec in _REGISTRY.items() if name not in first}
-    _REGISTRY.clear()
-    _REGISTRY.update({**first, **rest})
-
-    for entry in metadata.entry_points(group=ENTRY_POINTS):
-        if entry.name not in _REGISTRY:  # a built-in's name stays the built-in's
-            _load_entry(entry)
-
-
-def _load_entry(entry: metadata.EntryPoint) -> None:
-    """Register the spec another package's entry point names; one that does not load (or names no spec of its own
-    name) is kept as why, said when its method is chosen (``spec_of``), so a broken package breaks no other run."""
-    try:
-        spec = entry.load()
-        if not isinstance(spec, MethodSpec) or spec.name != entry.name:
-            raise TypeError(f"it names {spec!r}, not a MethodSpec named {entry.name!r}")
-        register(spec)
-    except Exception as err:  # noqa: BLE001 (another package's code: any failure is said when it is chosen)
-        dist = entry.dist.name if entry.dist is not None else "an installed package"
-        why = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        _BROKEN[entry.name] = (f"method {entry.name} ({ENTRY_POINTS} entry point {entry.value} of {dist}) does not "
-                               f"load: {type(err).__name__}: {why}")
+    REGISTRY.unregister(name)
 
 
 def specs() -> tuple[MethodSpec, ...]:
-    """Every registered method, built-ins first, in the order tables show them."""
-    _load()
-    return tuple(_REGISTRY.values())
+    """Every method that loads, built-ins first, in the order tables show them (one whose entry point does not load
+    is left out here, and said in one line when chosen: ``spec_of``)."""
+    return tuple(spec for spec in REGISTRY.loaded().values() if isinstance(spec, MethodSpec))
 
 
 def names() -> tuple[str, ...]:
@@ -218,19 +109,16 @@ def maker_of(method: str) -> PartMaker | None:
 
 
 def known(name: object) -> bool:
-    """Whether ``name`` is a registered method."""
-    _load()
-    return isinstance(name, str) and name in _REGISTRY
+    """Whether ``name`` is a method that loads."""
+    return isinstance(name, str) and name in names()
 
 
 def spec_of(name: str) -> MethodSpec:
-    """The spec of a registered method; an unknown name is a UserError naming the methods there are."""
-    _load()
-    if isinstance(name, str) and name in _BROKEN:
-        raise UserError(f"{_BROKEN[name]}; reinstall or fix that package, or use {', '.join(names())}")
-    if not isinstance(name, str) or name not in _REGISTRY:
+    """The spec of a registered method; an unknown name is a UserError naming the methods there are, one whose entry
+    point does not load a UserError saying why (the registry's one line)."""
+    if not isinstance(name, str) or name not in REGISTRY:
         raise UserError(f"unknown method {shown(name)}: use {', '.join(names())}")
-    return _REGISTRY[name]
+    return REGISTRY.get(name)
 
 
 def order(methods: Iterable[str]) -> list[str]:
@@ -268,9 +156,9 @@ def pairs() -> tuple[tuple[str, str], ...]:
 
 def colour_of(name: str, fallback: str = "#444444") -> str:
     """A method's chart colour (a run of a method not registered here: ``fallback``)."""
-    return _REGISTRY[name].colour if known(name) else fallback
+    return spec_of(name).colour if known(name) else fallback
 
 
 def label_of(name: str) -> str:
     """A method's label (its name when it is not registered here)."""
-    return _REGISTRY[name].label if known(name) else name
+    return spec_of(name).label if known(name) else name

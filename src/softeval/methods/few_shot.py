@@ -1,7 +1,7 @@
 """few-shot: k solved items drawn (seeded) from the tuning split before each item (`--shots`)."""
 
-from softeval.methods import BASELINE, POOL_OPTIONS, SHOT_OPTIONS, MethodSpec, register
+from softeval.methods.spec import BASELINE, POOL_OPTIONS, SHOT_OPTIONS, MethodSpec
 
-SPEC = register(MethodSpec(
+SPEC = MethodSpec(
     name="few-shot", label="few-shot", colour="#e0a458", who="the shots", role=BASELINE, shots=True,
-    reads=(*SHOT_OPTIONS, *POOL_OPTIONS)))
+    reads=(*SHOT_OPTIONS, *POOL_OPTIONS))

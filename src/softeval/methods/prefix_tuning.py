@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from softeval.errors import UserError
-from softeval.methods import ALTERNATIVE, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec, register
 from softeval.methods.part import LAYER_PREFIX
+from softeval.methods.spec import ALTERNATIVE, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec
 from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
 FOLDER = "prefix"  # a finished run's folder of the saved prefix
@@ -42,12 +42,12 @@ NOT_ATTENTION = ("mamba", "mamba2", "rwkv", "jamba", "zamba", "zamba2", "falcon_
                  "recurrent_gemma", "lfm2", "qwen3_next", "granitemoehybrid", "nemotron_h", "xlstm", "minimax")
 ATTENTION_LAYERS = ("full_attention", "sliding_attention", "chunked_attention")
 
-SPEC = register(MethodSpec(
+SPEC = MethodSpec(
     name="prefix-tuning", label="prefix-tuning", colour="#c7792b", who="the prefix", role=ALTERNATIVE,
     part="softeval.methods.prefix_tuning:MAKER", reads=(*TUNING_OPTIONS, "lr", *POOL_OPTIONS), default=False,
     folder=FOLDER,
     advice="the prefix did not learn the format, so its scores are not format-free; try more --steps, another --lr "
-           "or --tokens, and --answer-share 0.5 where the targets are worked solutions"))
+           "or --tokens, and --answer-share 0.5 where the targets are worked solutions")
 
 
 def not_attention(config: dict) -> str | None:
