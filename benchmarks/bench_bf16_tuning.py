@@ -35,7 +35,7 @@ from softeval.lm import precision, tuning_loss  # noqa: E402
 from softeval.lm.models import load_model  # noqa: E402
 from softeval.run.config import RunConfig  # noqa: E402
 from softeval.run.pipeline import Job, run_job  # noqa: E402
-from softeval.run.tune import batches  # noqa: E402
+from softeval.run.tuning_loop import batches  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -70,10 +70,10 @@ def _samples(model: int, seed: int) -> list[dict]:
 def _write_run(out: Path, model: str, method: str, seed: int, samples: list[dict]) -> Path:
     """One finished run, written as `softeval run` writes one (the partial folder, then renamed into place and
     added to the index)."""
+    from softeval.constants import ADAPTER_WEIGHTS
     from softeval.diagnosis import count_causes
     from softeval.methods import spec_of
     from softeval.metrics import aggregate, answer_counts
-    from softeval.protocol import ADAPTER_WEIGHTS
     from softeval.store.format import samples_digest
     from softeval.store.runs import RunFolder, jsonl_text, now, versions
     from softeval.store.schema import ResultsRecord

@@ -14,7 +14,7 @@ What is timed: softeval = tokenizing the prompts + ``generation.generate`` / ``l
 lm-eval = ``HFLM.generate_until`` / ``HFLM.loglikelihood`` on the instances its task built from a
 task YAML (written to a temp dir, reading the same items from a local JSONL), i.e. lm-eval's own
 tokenization and batching but not its task set-up or metric code (which favours lm-eval). Tuning:
-softeval = ``tuning_loss.target_loss_backward`` + AdamW (the body of ``softeval.run.tune.tune``); PEFT =
+softeval = ``tuning_loss.target_loss_backward`` + AdamW (the body of ``softeval.run.tuning_loop.tune``); PEFT =
 ``get_peft_model(model, PromptTuningConfig(...))`` with right-padded inputs and ``labels`` (-100 on
 prompt and pads, full-vocabulary logits and cross-entropy), same batches, same 10 virtual tokens; both on the
 weights ``softeval run`` tunes on (``--tune-dtype auto``: the model as loaded, in the run's dtype),

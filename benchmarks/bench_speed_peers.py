@@ -23,8 +23,8 @@ from perf import Shape, matmul_peak, tuning_step_flops  # benchmarks/perf.py, be
 from softeval.lm import batching, generation, loglik, memory, precision, tuning_loss
 from softeval.lm.softprompt import SoftPrompt
 from softeval.run.scoring import score_output
-from softeval.run.tune import batches as tune_batches
-from softeval.run.tune import length_grouped
+from softeval.run.tuning_loop import batches as tune_batches
+from softeval.run.tuning_loop import length_grouped
 
 
 def rss_gib() -> float:

@@ -33,7 +33,7 @@ from pathlib import Path
 from softeval.analysis.compare import load_runs
 from softeval.analysis.pairs import paired_method_tests
 from softeval.metrics import FOLLOWS_FORMAT
-from softeval.run.tuned import still_falling
+from softeval.run.training import still_falling
 from softeval.store.format import CURVE_FILE, read_curve
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m")

@@ -184,7 +184,7 @@ def section_model(device, dtype, plan, tok, prompts, name: str, peak_flops: floa
 
 
 def model_tuning(device, plan, lm, prompts, peak_flops: float) -> tuple[dict, torch.Tensor, list]:
-    """Tuning: steps of 8 MMLU soft-prompt items, the body of softeval.run.tune.tune. Its figures, the tuned soft
+    """Tuning: steps of 8 MMLU soft-prompt items, the body of softeval.run.tuning_loop.tune. Its figures, the tuned soft
     prompt (detached) and the targets of the items it tuned on."""
     steps, warm = plan["tune_steps"], plan["warmup_steps"]
     p_all, t_all = prompts.tuning(BATCH * (steps + warm))

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 from softeval.analysis.compare import Correlation, parse_pairs
 from softeval.analysis.compare import load_runs as read_runs
 from softeval.analysis.compare_record import compare_record
-from softeval.analysis.groups import GroupScore
+from softeval.analysis.lmeval_groups import GroupScore
 from softeval.analysis.paired import PairedTest
+from softeval.constants import SOURCE_METRICS
 from softeval.errors import UserError, shown
 from softeval.methods import names as method_names
 from softeval.metrics import METRIC_TABLE, top_answer
-from softeval.protocol import SOURCE_METRICS
 from softeval.store.format import Run, RunFormatError, check_run
 from softeval.store.identity import identity_of
 

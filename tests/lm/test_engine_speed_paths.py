@@ -79,7 +79,7 @@ def test_length_batches_return_results_in_caller_order(lm):
 
 
 def test_length_grouped_tuning_plan_is_deterministic_and_keeps_items():
-    from softeval.run.tune import batches, length_grouped
+    from softeval.run.tuning_loop import batches, length_grouped
 
     plan = batches(50, 8, 12, seed=5)
     lengths = {i: (i * 37) % 23 for i in range(50)}
@@ -131,7 +131,7 @@ def test_length_grouped_tuning_is_deterministic():
     from tiny import format_task
 
     from softeval.run.prompting import Prompter
-    from softeval.run.tune import TuneConfig, tune
+    from softeval.run.tuning_loop import TuneConfig, tune
 
     lm = tiny_lm()
     task = format_task()

@@ -12,7 +12,7 @@ from tiny import format_task, tiny_lm, toy_config
 from softeval.lm import precision
 from softeval.run.pipeline import run_job
 from softeval.run.prompting import Prompter
-from softeval.run.tune import TuneConfig, tune
+from softeval.run.tuning_loop import TuneConfig, tune
 
 CPU = torch.device("cpu")
 

@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
+from softeval.constants import SOFT_PROMPT_FORMAT_VERSION
 from softeval.errors import UserError
 from softeval.lm.softprompt import SOFTEVAL_META, SoftPrompt, adapter_shape
-from softeval.protocol import SOFT_PROMPT_FORMAT_VERSION
 
 
 def test_a_saved_soft_prompt_records_its_format_version_first(lm, tmp_path):

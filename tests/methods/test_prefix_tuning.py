@@ -16,7 +16,7 @@ from softeval.methods.prefix_tuning import FOLDER, PrefixPart, not_attention
 from softeval.run import pipeline
 from softeval.run.config import COMMAND_LINE
 from softeval.run.prompting import Prompter
-from softeval.run.tune import Kept, TuneConfig, TunedPart, tune
+from softeval.run.tuning_loop import Kept, TuneConfig, TunedPart, tune
 
 FAST = dict(steps=6, batch_size=8, lr=3e-2, curve_every=3, curve_items=4)
 

@@ -11,7 +11,7 @@ from tiny import format_task, tiny_lm
 from softeval.cli.app import main
 from softeval.run import pipeline, validate
 from softeval.run.prompting import Prompter
-from softeval.run.tune import curve_point
+from softeval.run.tuning_loop import curve_point
 from softeval.tasks import TASKS
 
 

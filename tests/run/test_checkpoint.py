@@ -10,7 +10,7 @@ import torch
 from tiny import format_task
 
 from softeval.run.prompting import Prompter
-from softeval.run.tune import Kept, TuneConfig, tune
+from softeval.run.tuning_loop import Kept, TuneConfig, tune
 
 CFG = TuneConfig(num_tokens=3, steps=6, curve_every=3, curve_items=4)
 

@@ -15,7 +15,7 @@ from softeval.errors import UserError
 from softeval.lm.softprompt import SoftPrompt, init_from
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE
 from softeval.run.pipeline import run_job
-from softeval.run.tune import TuneConfig, TunedPart, tune
+from softeval.run.tuning_loop import TuneConfig, TunedPart, tune
 from softeval.run.validate import check_init
 
 GRAMMAR = 'vocab, random, instruction, text:"some words" or from:PATH (a saved soft prompt)'
@@ -26,13 +26,13 @@ def test_a_value_outside_the_grammar_is_named_as_written(value):
     with pytest.raises(UserError, match="^" + re.escape(f"--init must be {GRAMMAR}, not {value!r}") + "$"):
         check_init(value)
     with pytest.raises(UserError, match="^" + re.escape(f"'init' must be {GRAMMAR}, not {value!r}") + "$"):
-        check_init(value, name=SWEEP_FILE)
+        check_init(value, spelling=SWEEP_FILE)
 
 
 @pytest.mark.parametrize("value", ["vocab", "random", "text:answer", 'text:"two words"'])
 def test_the_grammar_accepts_what_it_always_did(value):
     check_init(value)
-    check_init(value, name=SWEEP_FILE)
+    check_init(value, spelling=SWEEP_FILE)
 
 
 def test_a_warm_start_of_another_size_is_named_as_written(tmp_path):
@@ -44,7 +44,7 @@ def test_a_warm_start_of_another_size_is_named_as_written(tmp_path):
         check_init(init, 4)
     said = f"init: {init}: that soft prompt has 8 virtual tokens, the run asks for tokens: 4: pass tokens: 8"
     with pytest.raises(UserError, match="^" + re.escape(said) + "$"):
-        check_init(init, 4, name=SWEEP_FILE)
+        check_init(init, 4, spelling=SWEEP_FILE)
     check_init(init, 8)
 
 
@@ -65,12 +65,12 @@ def test_tuning_words_an_init_refused_after_the_model_loads(toy, tmp_path, name,
     splits = get_task("toyformat").load()
     config = TuneConfig(num_tokens=3, init='text:"nothing"', steps=1, curve_items=0)
     with pytest.raises(UserError, match="^" + re.escape(said) + "$"):
-        tune(_no_tokens(tiny_lm()), None, splits.tune, [], config, tuned=TunedPart(name=name))
+        tune(_no_tokens(tiny_lm()), None, splits.tune, [], config, tuned=TunedPart(spelling=name))
     SoftPrompt(torch.randn(8, 32)).save(tmp_path / "eight", tiny_lm())
     sizes = TuneConfig(num_tokens=4, init=init_from(tmp_path / "eight"), steps=1)
     tokens = f"{name.setting('tokens', 4)}: pass {name.setting('tokens', 8)}"
     with pytest.raises(UserError, match=re.escape(tokens)):
-        tune(tiny_lm(), None, splits.tune, [], sizes, tuned=TunedPart(name=name))
+        tune(tiny_lm(), None, splits.tune, [], sizes, tuned=TunedPart(spelling=name))
 
 
 @pytest.mark.parametrize("command, said", [("run", "--init text:"), ("sweep", "init: text:")])

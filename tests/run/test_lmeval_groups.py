@@ -10,12 +10,12 @@ from lmevalyamls import GROUP, MC, MC2, write_group
 from tiny import tiny_lm
 
 from softeval.analysis.compare import load_runs
-from softeval.analysis.groups import group_scores
+from softeval.analysis.lmeval_groups import group_scores
 from softeval.errors import UserError
 from softeval.run.config import RunConfig
-from softeval.run.groups import run_group
+from softeval.run.lmeval_groups import run_group
 from softeval.run.pipeline import run_job
-from softeval.store.groups import read_groups
+from softeval.store.lmeval_groups import read_groups
 from softeval.tasks.lmeval_bridge import manager
 
 pytest.importorskip("lm_eval")

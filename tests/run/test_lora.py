@@ -8,13 +8,13 @@ import torch
 from interrupts import interrupted_after
 from tiny import format_task, tiny_lm, toy_config
 
+from softeval.constants import LORA_FOLDER
 from softeval.errors import UserError
 from softeval.lm import tuning_loss
 from softeval.lm.lora import LoraAdapter, LoraSettings, attached
-from softeval.protocol import LORA_FOLDER
 from softeval.run import pipeline
 from softeval.run.prompting import Prompter
-from softeval.run.tune import Kept, TuneConfig, TunedPart, tune
+from softeval.run.tuning_loop import Kept, TuneConfig, TunedPart, tune
 
 peft = pytest.importorskip("peft")
 

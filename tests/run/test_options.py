@@ -10,7 +10,7 @@ import pytest
 
 from softeval.cli import app
 from softeval.run.config import BY_TARGET, COMMON, EVAL, OPTIONS, SWEEP_OPTIONS, TUNING, RunConfig, resolved_tune_dtype
-from softeval.run.tune import TuneConfig
+from softeval.run.tuning_loop import TuneConfig
 from softeval.sweep.entries import MODEL_KEYS, TASK_KEYS
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from softeval.cli.app import _config as config_of_args
 from softeval.cli.app import build_parser
-from softeval.protocol import ONE_LINE, TARGET_KINDS, WORKED_SOLUTION
+from softeval.constants import ONE_LINE, TARGET_KINDS, WORKED_SOLUTION
 from softeval.run.config import BY_TARGET, OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
 from softeval.sweep.file import parse_sweep
 from softeval.tasks import TASKS
@@ -155,7 +155,7 @@ def test_a_task_file_whose_targets_look_like_worked_solutions_is_told_the_recipe
     from tiny import tiny_lm
 
     from softeval.run.pipeline import run_job
-    from softeval.run.tuned import WORKED_LOOKING_CHARS
+    from softeval.run.training import WORKED_LOOKING_CHARS
 
     rows = [{"q": f"{a} + {a}", "a": str(2 * a)} for a in range(12)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -190,7 +190,7 @@ def test_property_the_worked_looking_warning_states_its_targets_median_and_share
     import re
     from types import SimpleNamespace
 
-    from softeval.run.tuned import WORKED_LOOKING_CHARS, worked_looking
+    from softeval.run.training import WORKED_LOOKING_CHARS, worked_looking
 
     task = SimpleNamespace(name="t", target=lambda example: example)
     said = worked_looking(task, targets, RunConfig(model="m", task="lm-eval:t"))

@@ -14,10 +14,10 @@ from interrupts import interrupted_after
 from tiny import format_task
 
 from softeval.lm import generation, tuning_loss
-from softeval.run import tune as tune_module
+from softeval.run import tuning_loop as tune_module
 from softeval.run.prompting import Prompter
 from softeval.run.scoring import score_output
-from softeval.run.tune import Kept, TuneConfig, batches, lr_at, tune
+from softeval.run.tuning_loop import Kept, TuneConfig, batches, lr_at, tune
 
 
 @pytest.fixture(autouse=True)
@@ -286,7 +286,7 @@ def _pt(step, loss, fmt):
 
 
 def test_plateau_needs_two_points_after_step_zero_and_no_progress():
-    from softeval.run.tune import plateau
+    from softeval.run.tuning_loop import plateau
 
     flat = [_pt(0, 2.0, 0.0), _pt(10, 1.0, 1.0), _pt(20, 0.995, 1.0)]
     assert not plateau(flat[:2], 16)  # step 10 is too early, whatever it shows
@@ -426,7 +426,7 @@ def test_without_a_held_out_slice_tuning_still_checkpoints_and_resumes(lm, tmp_p
 
 
 def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_try():
-    from softeval.run.tuned import not_reached
+    from softeval.run.training import not_reached
 
     curve = [{"step": 0, "loss": None, "format_rate": 0.0}, {"step": 10, "loss": 1.3, "format_rate": None},
              {"step": 20, "loss": 1.2, "format_rate": 0.125}, {"step": 30, "loss": 1.2, "format_rate": 0.125}]
@@ -435,7 +435,7 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     assert "--steps" in said and "--lr" in said and "--init" in said
     assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}], "soft-prompt").startswith("not measured")
     from softeval.run.config import RunConfig
-    from softeval.run.tuned import AFTER_THE_RECIPE, advice
+    from softeval.run.training import AFTER_THE_RECIPE, advice
 
     assert not_reached(curve, "soft-prompt", cfg=RunConfig(model="m", task="mmlu")).endswith(advice("soft-prompt"))
     # it tuned with the recipe: not told it again
@@ -455,8 +455,8 @@ def test_a_held_out_loss_is_said_to_be_still_falling_only_when_its_last_point_fe
     """The end of a tuning that missed the format says the held-out loss was still falling exactly when its last
     point is more than EARLY_STOP_MIN_DELTA below the lowest earlier one, the rule early stop's plateau reads, and the
     two numbers it shows are those points'."""
-    from softeval.run.tune import EARLY_STOP_MIN_DELTA, EARLY_STOP_MIN_POINTS, plateau
-    from softeval.run.tuned import not_reached, still_falling
+    from softeval.run.training import not_reached, still_falling
+    from softeval.run.tuning_loop import EARLY_STOP_MIN_DELTA, EARLY_STOP_MIN_POINTS, plateau
 
     curve = [{"step": 20 * i, "loss": None, "format_rate": 0.0, "held_out_loss": x} for i, x in enumerate(losses)]
     said = still_falling(curve)
@@ -506,7 +506,7 @@ def test_the_answer_lines_share_reaches_every_steps_loss(lm, monkeypatch):
 def test_with_an_answer_share_the_held_out_loss_is_the_weighted_one_tuning_minimises(lm):
     """Early stop watches the loss that is tuned: with --answer-share the curve's held-out loss is the
     answer-line-weighted loss of the held-out targets; without it, the plain mean as before."""
-    from softeval.run.tune import curve_point
+    from softeval.run.tuning_loop import curve_point
 
     task = format_task()
     prompter = Prompter(lm, task, chat=False, shots=[])

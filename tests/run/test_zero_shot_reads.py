@@ -1,7 +1,8 @@
 """What a zero-shot run reads: not the seed, the tuning batch or the held-out slice's size, which pick the tuning
-pool and the shots (store.identity.READ_ONLY_BY). Its outputs are the same under any of them, so they are not part
-of its identity: another tuning setting leaves a finished zero-shot run finished, and a zero-shot run is paired with a
-soft prompt of another seed without "not judged" (store.identity.setting_diff)."""
+pool and the shots (methods.POOL_OPTIONS, read only by the methods whose spec names them: store.identity.reads). Its
+outputs are the same under any of them, so they are not part of its identity: another tuning setting leaves a finished
+zero-shot run finished, and a zero-shot run is paired with a soft prompt of another seed without "not judged"
+(store.identity.setting_diff)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from runfactory import Items, outcomes, write_run
 from tiny import tiny_lm, toy_config
 
 from softeval import cli
+from softeval.constants import SOFT_PROMPT_FORMAT_VERSION
 from softeval.errors import UserError
 from softeval.lm.softprompt import SOFTEVAL_META
-from softeval.protocol import SOFT_PROMPT_FORMAT_VERSION
 from softeval.run.pipeline import is_finished, run_job
 from softeval.store import index
 from softeval.store.format import INDEX_FILE, RESULTS_FILE, load_results, scan

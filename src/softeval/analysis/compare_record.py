@@ -14,7 +14,7 @@ from typing import Any
 
 from softeval import methods
 from softeval.analysis.compare import Comparison, compare_runs, load_runs
-from softeval.analysis.groups import GroupScore, group_scores
+from softeval.analysis.lmeval_groups import GroupScore, group_scores
 from softeval.analysis.pairs import PairedRow, paired_method_tests
 from softeval.analysis.post_scores import PostScores, read_post_scores
 from softeval.analysis.spread import Spread, SpreadTest, spread_tests, spreads
@@ -22,7 +22,7 @@ from softeval.errors import UserError
 from softeval.methods import TREATMENT, label_of, with_role
 from softeval.metrics import METRIC
 from softeval.store.format import Run
-from softeval.store.groups import read_groups
+from softeval.store.lmeval_groups import read_groups
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 from softeval.analysis import plots
 from softeval.analysis.compare import Comparison, compare_runs, load_runs, samples_of
-from softeval.analysis.groups import GroupScore, group_scores
+from softeval.analysis.lmeval_groups import GroupScore, group_scores
 from softeval.analysis.pairs import paired_method_tests
 from softeval.analysis.post_scores import PostScores
 from softeval.analysis.report_series import series_section
@@ -29,7 +29,7 @@ from softeval.errors import UserError
 from softeval.methods import compared, label_of, names, pairs, reference, specs, treatment, tuned_names
 from softeval.metrics import METRICS, kind_label, top_answer
 from softeval.store.format import CURVE_FILE, REPORT_FILE, Run, read_curve
-from softeval.store.groups import read_groups
+from softeval.store.lmeval_groups import read_groups
 
 MAX_DISAGREEMENTS = 40  # per run in the sample browser; keeps a big report openable
 MAX_CURVES = 24
@@ -107,7 +107,7 @@ def render(
     groups: list[GroupScore] | None = None, testbed: dict[str, Any] | None = None,
 ) -> str:
     """The whole page as a string; ``skipped``: the folders left out (``skipped_rows``); ``groups``: lm-eval
-    groups' scores (analysis/groups.py)."""
+    groups' scores (analysis/lmeval_groups.py)."""
     rank = {m: i for i, m in enumerate(names())}
     runs = sorted(runs, key=lambda r: (r.task, r.model, rank.get(r.method, len(rank)), r.method, r.seed))
     tuned = [label_of(m) for m in tuned_names()]

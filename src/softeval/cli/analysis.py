@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from softeval.analysis.choices import post_methods, reference_method
-from softeval.cli.groups import print_group_scores
+from softeval.cli.lmeval_groups import print_group_scores
 from softeval.cli.spread import print_spread
 from softeval.consoles import table_console
 from softeval.errors import UserError, shown

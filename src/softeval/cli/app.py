@@ -18,26 +18,17 @@ from rich.table import Table
 from rich.text import Text
 
 from softeval.cli import analysis, schema, show, sweep, testbed, track
-from softeval.cli.groups import print_group_scores
+from softeval.cli.lmeval_groups import print_group_scores
 from softeval.cli.options import add_options, given_options, option_group
 from softeval.cli.spread import print_spread
 from softeval.consoles import message_console, progress_bar, table_console
+from softeval.constants import SOURCE_METRICS
 from softeval.errors import UserError, did_you_mean, print_error, shown
 from softeval.lm import presets
 from softeval.lm.presets import PRESETS, preset_installed
-from softeval.methods import (
-    SAVED_PART,
-    default_names,
-    maker_of,
-    names,
-    scoring_saved,
-    spec_of,
-    treatment,
-    untuned_names,
-)
+from softeval.methods import default_names, eval_refusal, names, scoring_saved, treatment, untuned_names
 from softeval.metrics import METRIC, METRICS, top_answer
 from softeval.packaged import ASSET_INSTALL
-from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMON, EVAL, METHODS, TUNING, RunConfig
 from softeval.store.format import Run
 from softeval.tasks import TASKS
@@ -156,8 +147,8 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def cmd_run(args) -> int:
-    from softeval.analysis.groups import group_scores
-    from softeval.run.groups import run_group
+    from softeval.analysis.lmeval_groups import group_scores
+    from softeval.run.lmeval_groups import run_group
     from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
     from softeval.tasks.lmeval_bridge import PREFIX, is_lmeval
     from softeval.tasks.lmeval_group import is_group
@@ -201,13 +192,8 @@ def cmd_eval(args) -> int:
     saved = scoring_saved()  # the method that scores a saved soft prompt
     methods = _methods(args.method or (saved if args.soft_prompt else ",".join(untuned_names())))
     for method in methods:
-        spec = spec_of(method)
-        if SAVED_PART in spec.reads and not args.soft_prompt:
-            raise UserError(f"softeval eval scores the {method} method only with --soft-prompt DIR "
-                            "(use `softeval run` or `softeval tune` to tune one)")
-        if spec.tunes and SAVED_PART not in spec.reads:
-            raise UserError(f"softeval eval scores without tuning, and {method} tunes its {maker_of(method).what}: "
-                            f"use `softeval run --method {method}`")
+        if why := eval_refusal(method, bool(args.soft_prompt)):
+            raise UserError(why)
     from softeval.run.pipeline import run_job  # torch, transformers: only a command that runs a model
 
     config = _config(args, methods, soft_prompt=args.soft_prompt)

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
+from softeval.constants import LORA_FORMAT_VERSION
 from softeval.errors import UserError
 from softeval.lm.models import LoadedModel
 from softeval.lm.settings import ALL_LINEAR, LORA_TARGETS  # the default targets, and PEFT's every-linear
 from softeval.lm.softprompt import SOFTEVAL_META
 from softeval.methods.part import ADAPTER
-from softeval.protocol import LORA_FORMAT_VERSION
 
 PEFT_MISSING = "--method lora needs peft, which is not installed: pip install 'softeval[peft]'"
 
@@ -63,7 +63,7 @@ class LoraSettings:
 
 
 class LoraAdapter:
-    """A LoRA adapter put into ``lm.model``; what tuning trains (run/tune.py) and what a lora run scores: a
+    """A LoRA adapter put into ``lm.model``; what tuning trains (run/tuning_loop.py) and what a lora run scores: a
     ``methods.part.TrainedPart`` that enters the forward pass as layers in the model (``soft``: no vectors before the
     prompt). ``method``: the run's method, which its saved folder records."""
 

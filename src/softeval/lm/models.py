@@ -20,10 +20,10 @@ import torch
 from safetensors import SafetensorError
 
 from softeval.checks import is_whole
+from softeval.constants import BASE, KINDS, POST_TRAINED
 from softeval.errors import UserError, shown
 from softeval.lm.loadbars import bars_only_on_a_terminal
 from softeval.lm.presets import MODEL_CONFIG, PRESETS, Preset, converted_path, damage, damaged_cache, prepare
-from softeval.protocol import BASE, KINDS, POST_TRAINED
 
 if TYPE_CHECKING:  # engine.py reads LoadedModel: only the type goes this way
     from softeval.lm.engine import Engine

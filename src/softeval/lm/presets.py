@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from softeval.constants import BASE, POST_TRAINED
 from softeval.errors import UserError, shown
 from softeval.lm.loadbars import bars_only_on_a_terminal
 from softeval.packaged import package_dir, require_package_dir
-from softeval.protocol import BASE, POST_TRAINED
 
 MODEL_CONFIG = "config.json"  # what makes a folder a Hugging Face model (a checkpoint of a series too)
 MANIFEST = "softeval-manifest.json"  # a cached folder's files, each with its size and sha256 (``write_manifest``)

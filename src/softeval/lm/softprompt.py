@@ -18,10 +18,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as tensor_bytes
 
+from softeval.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS, SOFT_PROMPT_FORMAT_VERSION
 from softeval.errors import UserError, shown
 from softeval.lm.models import LoadedModel
 from softeval.methods.part import INPUT_PREFIX
-from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS, SOFT_PROMPT_FORMAT_VERSION
 
 SOFTEVAL_META = "softeval.json"
 

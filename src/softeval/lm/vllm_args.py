@@ -193,19 +193,19 @@ def check_model(name: str) -> None:
                         "save_pretrained)")
 
 
-def check(model: str, device: str | None, engine_args: dict | None, name: Names) -> None:
+def check(model: str, device: str | None, engine_args: dict | None, spelling: Names) -> None:
     """The vllm backend's checks before a model loads: a model vLLM can load and, on ``device`` (the one the
     run runs on), a vLLM installed for it that knows every engine argument; with ``device`` None (a sweep's
     driver, whose workers run on devices of their own) the engine arguments wherever vLLM imports here.
-    ``name`` spells the options as the user wrote them (``--backend vllm``, ``backend: vllm``)."""
+    ``spelling`` spells the options as the user wrote them (``--backend vllm``, ``backend: vllm``)."""
     check_model(model)
     if device is None:
-        check_engine_args_here(engine_args, name.key("engine_args"))
+        check_engine_args_here(engine_args, spelling.key("engine_args"))
         return
     kind = "cuda" if device.startswith("cuda") else device
-    platform = installed_platform(name.setting("backend", "vllm"))
+    platform = installed_platform(spelling.setting("backend", "vllm"))
     if kind != platform:
-        raise UserError(f"{name.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
+        raise UserError(f"{spelling.setting('backend', 'vllm')} on device {kind}: the installed vLLM runs on "
                         f"{shown(platform)}; install {BUILDS.get(kind, 'a vLLM build for it')}, or "
-                        f"use {name.setting('backend', 'hf')}")
-    check_engine_args(engine_args, name.key("engine_args"))
+                        f"use {spelling.setting('backend', 'hf')}")
+    check_engine_args(engine_args, spelling.key("engine_args"))

@@ -89,6 +89,18 @@ def scoring_saved() -> str | None:
     return next((s.name for s in specs() if SAVED_PART in s.reads), None)
 
 
+def eval_refusal(method: str, saved: bool) -> str | None:
+    """Why `softeval eval` (scoring without tuning; ``saved``: --soft-prompt given) cannot score ``method``, or None."""
+    spec = spec_of(method)
+    if SAVED_PART in spec.reads and not saved:
+        return (f"softeval eval scores the {method} method only with --soft-prompt DIR (use `softeval run` or "
+                "`softeval tune` to tune one)")
+    if spec.tunes and SAVED_PART not in spec.reads:
+        return (f"softeval eval scores without tuning, and {method} tunes its {maker_of(method).what}: use "
+                f"`softeval run --method {method}`")
+    return None
+
+
 def untuned_names() -> tuple[str, ...]:
     """The default methods that tune nothing (what `softeval eval` scores without a saved soft prompt)."""
     return tuple(s.name for s in specs() if s.default and not s.tunes)

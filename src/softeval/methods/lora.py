@@ -1,8 +1,8 @@
 """lora: a LoRA adapter tuned on the tuning split, the zero-shot prompt scored through it: the train-before-test
 comparison (docs/reference/protocol.md); asked for by name."""
 
+from softeval.constants import LORA_FOLDER
 from softeval.methods.spec import ALTERNATIVE, LORA_OPTIONS, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec
-from softeval.protocol import LORA_FOLDER
 
 SPEC = MethodSpec(
     name="lora", label="lora", colour="#5b9a5b", who="the adapter", role=ALTERNATIVE, part="softeval.run.parts:LORA",

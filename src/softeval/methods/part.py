@@ -1,8 +1,8 @@
 """What a method trains: the ``TrainedPart`` interface, and the ``PartMaker`` that builds one on a loaded model.
 
 A method that tunes names its maker in its spec (``MethodSpec.part``, a lazy ``"module:attr"``, resolved by
-``softeval.methods.maker_of``). The tuning loop (run/tune.py), the run (run/tuned.py), validation, sweeps, the CLI
-and the engines read a part only through these two protocols, never by its kind: a soft prompt
+``softeval.methods.maker_of``). The tuning loop (run/tuning_loop.py), the run (run/training.py), validation,
+sweeps, the CLI and the engines read a part only through these two protocols, never by its kind: a soft prompt
 (lm.softprompt.SoftPrompt, maker run/parts.py), a LoRA adapter (lm.lora.LoraAdapter, maker run/parts.py) and
 prefix tuning's per-layer keys and values (methods/prefix_tuning.py, maker and part in one module) implement them.
 
@@ -72,13 +72,13 @@ class PartMaker(Protocol):
         """Its learning rate, from the run's options (a RunConfig)."""
         ...
 
-    def check(self, cfg: Any, name: Any) -> None:
+    def check(self, cfg: Any, spelling: Any) -> None:
         """Before any model loads: what this part needs of the options, the model and the installed packages; a
-        UserError in one line naming the option as ``name`` (run.config.Spelling) spells it."""
+        UserError in one line naming the option as ``spelling`` (run.config.Spelling) spells it."""
         ...
 
     def attached(self, lm: Any, cfg: Any, method: str, instruction: str,
-                 name: Any) -> AbstractContextManager[TrainedPart]:
+                 spelling: Any) -> AbstractContextManager[TrainedPart]:
         """The part, built on ``lm`` (initialised from ``cfg``, or loaded where ``cfg`` names a saved one) and in
         the model for the block's duration; taken out however the block ends."""
         ...

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from softeval.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from softeval.errors import UserError
 from softeval.methods.part import LAYER_PREFIX
 from softeval.methods.spec import ALTERNATIVE, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec
-from softeval.protocol import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
 FOLDER = "prefix"  # a finished run's folder of the saved prefix
 FORMAT_VERSION = 1
@@ -82,13 +82,13 @@ class PrefixMaker:
     def learning_rate(self, cfg: Any) -> float:
         return cfg.lr
 
-    def check(self, cfg: Any, name: Any) -> None:
+    def check(self, cfg: Any, spelling: Any) -> None:
         why = not_attention(_config_before_loading(cfg.model))
         if why:
             raise UserError(f"method {SPEC.name} cannot run on {cfg.model}: {why}; use soft-prompt or lora")
 
     @contextmanager
-    def attached(self, lm: Any, cfg: Any, method: str, instruction: str, name: Any) -> Iterator[PrefixPart]:
+    def attached(self, lm: Any, cfg: Any, method: str, instruction: str, spelling: Any) -> Iterator[PrefixPart]:
         part = PrefixPart.initialise(lm, cfg.tokens, cfg.seed)
         part.tuning(lm.model, False)
         try:

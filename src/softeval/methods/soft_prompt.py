@@ -1,6 +1,7 @@
 """soft-prompt: ~10 vectors tuned on the tuning split to put before the zero-shot prompt of a frozen model, so that
 it writes the answer format; what softeval is about (docs/research/design.md)."""
 
+from softeval.constants import SOFT_PROMPT_FOLDER
 from softeval.methods.spec import (
     POOL_OPTIONS,
     SAVED_SOFT_PROMPT,
@@ -9,7 +10,6 @@ from softeval.methods.spec import (
     TUNING_OPTIONS,
     MethodSpec,
 )
-from softeval.protocol import SOFT_PROMPT_FOLDER
 
 # its advice when it already tuned with the defaults for worked solutions: those are not news
 AFTER_THE_RECIPE = ("the soft prompt did not learn the format, so its scores are not format-free; it tuned with the "

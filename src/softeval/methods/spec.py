@@ -69,7 +69,7 @@ class MethodSpec:
 
     @property
     def tunes(self) -> bool:
-        """It trains something on the tuning split before scoring (run/tune.py's one loop)."""
+        """It trains something on the tuning split before scoring (run/tuning_loop.py's one loop)."""
         return self.part is not None
 
     def reads_option(self, option: str) -> bool:

@@ -4,7 +4,7 @@ Each option is a field of ``RunConfig`` that carries, beside its default, its ty
 or choices, its help text and where it may be given (``option``). That table is the source of
 argparse's flags, choices and defaults (cli/app.py), of the keys and types a sweep file may set
 (sweep/file.py) and the flags `softeval track` passes on (cli/track.py), of the range checks
-(run/validate.py) and of ``TuneConfig``'s defaults (run/tune.py): a default or a range is written once,
+(run/validate.py) and of ``TuneConfig``'s defaults (run/tuning_loop.py): a default or a range is written once,
 here. ``backend``'s choices, default and help are the backend registry's (lm/backends.py). ``series`` and
 ``step`` are set by `softeval sweep` and
 `softeval track` only, and ``methods`` has a flag of its own per command (``--method``), so they are
@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from softeval.constants import CHAT_TEMPLATES, KINDS, WORKED_SOLUTION
 from softeval.errors import UserError
 from softeval.lm.backends import DEFAULT, NAMES, backend_help
 from softeval.lm.settings import LORA_TARGETS, TUNE_DTYPES
 from softeval.methods import default_names
-from softeval.protocol import CHAT_TEMPLATES, KINDS, WORKED_SOLUTION
 from softeval.store.identity import ANSWER_LINE, FINGERPRINT, PROMPT_GRAMMAR, TASK_REVISION, TUNE_DTYPE_RESOLVED
 
-LR_SCHEDULES = ("constant", "linear")  # run/tune.py: lr_at
+LR_SCHEDULES = ("constant", "linear")  # run/tuning_loop.py: lr_at
 
 LM_EVAL = "lm_eval"  # the identity key of an lm-eval task: lm-eval's version and the task config's digest
 

@@ -1,5 +1,5 @@
-"""Interrupts during tuning (run/tune.py): a Ctrl-C or SIGTERM during a step's update lets the step finish, so the
-checkpoint keeps it; a second one, or one while a curve point is scored, stops at once."""
+"""Interrupts during tuning (run/tuning_loop.py): a Ctrl-C or SIGTERM during a step's update lets the step finish, so
+the checkpoint keeps it; a second one, or one while a curve point is scored, stops at once."""
 
 from __future__ import annotations
 

@@ -29,14 +29,14 @@ class SoftPromptMaker:
     def learning_rate(self, cfg: RunConfig) -> float:
         return cfg.lr
 
-    def check(self, cfg: RunConfig, name: Spelling) -> None:
+    def check(self, cfg: RunConfig, spelling: Spelling) -> None:
         """Its init and a saved soft prompt are checked with every run's options (run/validate.py)."""
 
     @contextmanager
     def attached(self, lm: LoadedModel, cfg: RunConfig, method: str, instruction: str,
-                 name: Spelling) -> Iterator[SoftPrompt]:
+                 spelling: Spelling) -> Iterator[SoftPrompt]:
         """The saved soft prompt ``--soft-prompt`` names, or one initialised from ``--init`` (an init refused once
-        the model is loaded is worded with the options as ``name`` spells them)."""
+        the model is loaded is worded with the options as ``spelling`` spells them)."""
         if cfg.soft_prompt:
             part = SoftPrompt.load(cfg.soft_prompt, lm)
             part.loaded_from = str(cfg.soft_prompt)
@@ -44,7 +44,7 @@ class SoftPromptMaker:
             try:
                 part = SoftPrompt.initialise(lm, cfg.tokens, cfg.init, cfg.seed, instruction)
             except InitRefused as refused:
-                raise init_refusal(refused, name) from None
+                raise init_refusal(refused, spelling) from None
             part.init_from = init_record(cfg.init)
         yield part.to(lm.device)
 
@@ -67,12 +67,12 @@ class LoraMaker:
     def learning_rate(self, cfg: RunConfig) -> float:
         return cfg.lora_lr
 
-    def check(self, cfg: RunConfig, name: Spelling) -> None:
-        check_lora(cfg, name)
+    def check(self, cfg: RunConfig, spelling: Spelling) -> None:
+        check_lora(cfg, spelling)
 
     @contextmanager
     def attached(self, lm: LoadedModel, cfg: RunConfig, method: str, instruction: str,
-                 name: Spelling) -> Iterator[LoraAdapter]:
+                 spelling: Spelling) -> Iterator[LoraAdapter]:
         with lora.attached(lm, lora_settings(cfg), cfg.seed) as adapter:
             adapter.method = method
             yield adapter

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from softeval.consoles import message_console, progress_bar
+from softeval.constants import SOURCE_METRICS
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
 from softeval.lm import loglik, memory
@@ -25,7 +26,6 @@ from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
 from softeval.methods import SAVED_PART, MethodSpec, spec_of
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import SOURCE_METRICS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
 from softeval.run.prompting import Prompter, check_shots, guessed_kind_warning, pick_shots, use_chat_template
 from softeval.run.scoring import (
@@ -36,7 +36,7 @@ from softeval.run.scoring import (
     permutation_picks,
     score_output,
 )
-from softeval.run.tuned import Trained, trainer
+from softeval.run.training import Trained, trainer
 from softeval.run.validate import check_config, init_note, unused_note
 from softeval.store.format import OUTPUTS_FILE, samples_digest
 from softeval.store.identity import identity_of, reads
@@ -69,23 +69,23 @@ class Job:
     spelling: Spelling = COMMAND_LINE  # how the user wrote the options: flags, or a sweep file's keys
 
     def prepare(self) -> None:
-        cfg, name = self.config, self.spelling
-        check_config(cfg, model_given=self._lm is not None, name=name)
+        cfg, spelling = self.config, self.spelling
+        check_config(cfg, model_given=self._lm is not None, spelling=spelling)
         self.task = variant_task(get_task(cfg.task, cfg.include_path), cfg.prompt_variant,
-                                 name.setting('prompt_variant', cfg.prompt_variant))
+                                 spelling.setting('prompt_variant', cfg.prompt_variant))
         self.splits = self.task.splits(cfg.source, skip_bad_rows=cfg.skip_bad_rows)
         if cfg.limit is not None and cfg.limit > len(self.splits.eval):
-            raise UserError(f"{name.setting('limit', cfg.limit)} is larger than the {len(self.splits.eval)} scored "
+            raise UserError(f"{spelling.setting('limit', cfg.limit)} is larger than the {len(self.splits.eval)} scored "
                             f"items of {cfg.task} ({self.splits.eval_name}); use "
-                            f"{name.setting('limit', len(self.splits.eval))} or less")
+                            f"{spelling.setting('limit', len(self.splits.eval))} or less")
         self.items = seeded_subset(self.splits.eval, cfg.limit, ITEM_SEED)
         if cfg.permutations and self.task.multiple_choice:
             fewest = min(self.items, key=lambda e: len(e.options))
             orders = math.factorial(len(fewest.options)) - 1  # the orders besides the one the item has
             if cfg.permutations > orders:
-                raise UserError(f"{name.setting('permutations', cfg.permutations)}: item {shown(fewest.id)} of "
+                raise UserError(f"{spelling.setting('permutations', cfg.permutations)}: item {shown(fewest.id)} of "
                                 f"{cfg.task} has {len(fewest.options)} options, so only {orders} other orders; give "
-                                f"{name.setting('permutations', orders)} or less")
+                                f"{spelling.setting('permutations', orders)} or less")
         pool = list(self.splits.tune)
         random.Random(cfg.seed).shuffle(pool)
         n_curve = min(cfg.curve_items, max(0, len(pool) - cfg.batch_size))
@@ -93,10 +93,10 @@ class Job:
         if not self.train:
             raise UserError(f"task {cfg.task} has no tuning items from source {cfg.source}")
         if self.takes_shots:
-            check_shots(cfg.shots, len(self.train), cfg.task, name)
+            check_shots(cfg.shots, len(self.train), cfg.task, spelling)
             if self.splits.shot_pool is not None:  # the task's source draws its own shots (lm-eval)
                 pool, most = self.splits.shot_pool
-                check_shots(cfg.shots, most, cfg.task, name, pool)
+                check_shots(cfg.shots, most, cfg.task, spelling, pool)
 
     @property
     def takes_shots(self) -> bool:
@@ -210,9 +210,9 @@ def run_job(config: RunConfig, console: Console | None = None, lm: LoadedModel |
 def say_notes(job: Job, given: Collection[str] | None) -> None:
     """Once per job, before the model loads: an --init instruction that starts from vocab tokens (the task has no
     instruction), and the options ``given`` that the run does not use."""
-    cfg, name = job.config, job.spelling
-    unused = unused_note(cfg, given, job.task.multiple_choice, name) if given is not None else None
-    for note in (init_note(cfg, job.task.instruction, name), unused):
+    cfg, spelling = job.config, job.spelling
+    unused = unused_note(cfg, given, job.task.multiple_choice, spelling) if given is not None else None
+    for note in (init_note(cfg, job.task.instruction, spelling), unused):
         if note:
             job.console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
@@ -247,13 +247,13 @@ def run_variants(config: RunConfig, variants: int, console: Console | None = Non
     return done
 
 
-def check_variants(task, variants: int, name: Spelling = COMMAND_LINE) -> None:
+def check_variants(task, variants: int, spelling: Spelling = COMMAND_LINE) -> None:
     """``--prompt-variants K`` asks for no more variants than ``task`` has (an lm-eval task has its own prompt only)."""
     most = variant_count(task)
     if variants > most:
         why = ("it renders its own prompt (an lm-eval task keeps lm-eval's), so it has variant 0 only"
                if most == 1 else f"it has {most} (0 to {most - 1})")
-        raise UserError(f"{name.setting('prompt_variants', variants)}: task {task.name} has no {variants} prompt "
+        raise UserError(f"{spelling.setting('prompt_variants', variants)}: task {task.name} has no {variants} prompt "
                         f"variants: {why}")
 
 
@@ -298,7 +298,7 @@ def _run_methods(job: Job, on_skip, command: str) -> list[dict]:
 
 
 def run_method(job: Job, method: str, folder: RunFolder, identity: dict) -> dict:
-    """Train what the method trains (its spec: softeval.methods; run/tuned.py), generate, score and record one
+    """Train what the method trains (its spec: softeval.methods; run/training.py), generate, score and record one
     method into its run folder; its results."""
     spec, started, t0 = spec_of(method), now(), time.time()
     prompter = job.prompter  # the model loaded and the prompts' budget checked first: a refusal leaves no folder

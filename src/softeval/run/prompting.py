@@ -13,25 +13,25 @@ from functools import partial
 
 from jinja2 import TemplateError
 
+from softeval.constants import BASE, POST_TRAINED
 from softeval.errors import UserError
 from softeval.lm.models import LoadedModel, end_of_turn_id
 from softeval.methods import MethodSpec, spec_of
-from softeval.protocol import BASE, POST_TRAINED
 from softeval.run.config import COMMAND_LINE, Spelling
 from softeval.run.validate import check_option
 from softeval.tasks.base import Example, Task
 
 
-def use_chat_template(lm: LoadedModel, setting: str, name: Spelling = COMMAND_LINE) -> bool:
+def use_chat_template(lm: LoadedModel, setting: str, spelling: Spelling = COMMAND_LINE) -> bool:
     """``auto``: on only for a post-trained model whose tokenizer has a chat template; never
-    silently for a base model. ``on`` without a template is an error (naming the option as ``name``
+    silently for a base model. ``on`` without a template is an error (naming the option as ``spelling``
     spells it: a flag, or a sweep file's key)."""
     check_option("chat_template", setting)
     if setting == "off":
         return False
     if setting == "on":
         if not lm.has_chat_template:
-            raise UserError(f"{name.setting('chat_template', 'on')}, but the tokenizer of {lm.name} has no "
+            raise UserError(f"{spelling.setting('chat_template', 'on')}, but the tokenizer of {lm.name} has no "
                             "chat template")
         return True
     return lm.has_chat_template and lm.kind == POST_TRAINED  # auto
@@ -49,13 +49,13 @@ def guessed_kind_warning(lm: LoadedModel) -> str | None:
             "Results record the kind and its source (model_kind_source).")
 
 
-def check_shots(k: int, n_tune: int, task: str = "", name: Spelling = COMMAND_LINE,
+def check_shots(k: int, n_tune: int, task: str = "", spelling: Spelling = COMMAND_LINE,
                 pool: str = "tuning items") -> None:
     """Few-shot draws its ``k`` shots from the ``n_tune`` items of ``pool`` (of ``task``; default its
     tuning items): no more than there are."""
     if k > n_tune:
-        raise UserError(f"{name.setting('shots', k)} is more than the {n_tune} {pool}"
-                        + (f" of {task}" if task else "") + f": use {name.setting('shots', n_tune)} or less")
+        raise UserError(f"{spelling.setting('shots', k)} is more than the {n_tune} {pool}"
+                        + (f" of {task}" if task else "") + f": use {spelling.setting('shots', n_tune)} or less")
 
 
 def pick_shots(pool: list[Example], k: int, seed: int) -> list[Example]:

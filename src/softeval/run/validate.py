@@ -45,7 +45,7 @@ TYPE_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true
               dict: "a mapping of names to values"}
 
 
-def check_type(key: str, value, name: Spelling = COMMAND_LINE) -> None:
+def check_type(key: str, value, spelling: Spelling = COMMAND_LINE) -> None:
     """One option's value has its row's type (a whole number is a number; true is neither), or is None
     where the row allows it. A sweep file's values are typed by it before they become a RunConfig."""
     row = OPTIONS[key]
@@ -54,62 +54,62 @@ def check_type(key: str, value, name: Spelling = COMMAND_LINE) -> None:
     typed = is_whole(value) if row.type is int else is_number(value) if row.type is float \
         else isinstance(value, row.type)  # str or bool: "no" is not false, true is not text
     if not typed:
-        null = " or null" if row.nullable and not name.command_line else ""
-        raise UserError(f"{name.key(key)} must be {TYPE_NAMES[row.type]}{null}, not {type(value).__name__} "
+        null = " or null" if row.nullable and not spelling.command_line else ""
+        raise UserError(f"{spelling.key(key)} must be {TYPE_NAMES[row.type]}{null}, not {type(value).__name__} "
                         f"{shown(value)}")
 
 
-def _check_whole(key: str, value: int, low: int, high: int, name: Spelling) -> None:
+def _check_whole(key: str, value: int, low: int, high: int, spelling: Spelling) -> None:
     if not low <= value <= high:
-        raise UserError(f"{name.key(key)} must fit in 64 bits, not {value}" if (low, high) == SEED_RANGE
-                        else f"{name.key(key)} must be between {low} and {high}, not {value}")
+        raise UserError(f"{spelling.key(key)} must fit in 64 bits, not {value}" if (low, high) == SEED_RANGE
+                        else f"{spelling.key(key)} must be between {low} and {high}, not {value}")
 
 
-def _check_number(key: str, value: float, limits: tuple[float, float] | None, name: Spelling) -> None:
+def _check_number(key: str, value: float, limits: tuple[float, float] | None, spelling: Spelling) -> None:
     """A number within its row's range, or where the row has none a positive one; finite either way."""
     if limits is None:
         if not math.isfinite(value) or value <= 0:
-            raise UserError(f"{name.key(key)} must be a positive finite number, not {shown(value)}")
+            raise UserError(f"{spelling.key(key)} must be a positive finite number, not {shown(value)}")
         return
     low, high = limits
     if not math.isfinite(value) or not low <= value <= high:
-        raise UserError(f"{name.key(key)} must be between {low:g} and {high:g}, not {shown(value)}")
+        raise UserError(f"{spelling.key(key)} must be between {low:g} and {high:g}, not {shown(value)}")
 
 
-def _check_mapping(key: str, value: dict, name: Spelling) -> None:
+def _check_mapping(key: str, value: dict, spelling: Spelling) -> None:
     """Argument names to text, numbers or true/false (``--engine-arg``)."""
     for k, v in value.items():
         if not isinstance(k, str) or not k.isidentifier():
-            raise UserError(f"{name.key(key)}: {shown(k)} is not an argument name")
+            raise UserError(f"{spelling.key(key)}: {shown(k)} is not an argument spelling")
         if not isinstance(v, (str, int, float, bool)):
-            raise UserError(f"{name.key(key)}: {k} must be text, a number or true/false, not "
+            raise UserError(f"{spelling.key(key)}: {k} must be text, a number or true/false, not "
                             f"{type(v).__name__} {shown(v)}")
 
 
-def _check_choice(key: str, value, choices, name: Spelling) -> None:
+def _check_choice(key: str, value, choices, spelling: Spelling) -> None:
     if value not in choices:
         known = tuple(choices)
         listed = ", ".join(known[:-1]) + " or " + known[-1]
-        raise UserError(f"unknown {name.key(key)} {shown(value)}: use {listed}")
+        raise UserError(f"unknown {spelling.key(key)} {shown(value)}: use {listed}")
 
 
-def check_option(key: str, value, name: Spelling = COMMAND_LINE) -> None:
+def check_option(key: str, value, spelling: Spelling = COMMAND_LINE) -> None:
     """One option's value against its row of the table: its type (``check_type``), range and choices."""
-    check_type(key, value, name)
+    check_type(key, value, spelling)
     row = OPTIONS[key]
     if value is None:
         return
     if row.type is int:
-        _check_whole(key, value, *row.range, name)
+        _check_whole(key, value, *row.range, spelling)
     elif row.type is float:
-        _check_number(key, value, row.range, name)
+        _check_number(key, value, row.range, spelling)
     elif row.type is dict:
-        _check_mapping(key, value, name)
+        _check_mapping(key, value, spelling)
     elif row.choices is not None:
-        _check_choice(key, value, row.choices, name)
+        _check_choice(key, value, row.choices, spelling)
 
 
-def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
+def check_methods(methods, spelling: Spelling = COMMAND_LINE) -> None:
     """The methods of a run: one or more of the registry's (softeval.methods), each once. Only the library can give
     them as something else than a list (the command line and a sweep file make one), so that error names
     RunConfig's field."""
@@ -125,20 +125,20 @@ def check_methods(methods, name: Spelling = COMMAND_LINE) -> None:
         raise UserError(f"a method is given twice in {','.join(methods)}")
 
 
-def _check_data(cfg: RunConfig, name: Spelling) -> None:
+def _check_data(cfg: RunConfig, spelling: Spelling) -> None:
     """Where the task's data comes from: offline, hub or a data file there is; ``include_path`` for lm-eval
     tasks only."""
     if not isinstance(cfg.source, str) or not cfg.source.strip():
-        raise UserError(f"{name.key('source')} must be offline, hub or a data file")
+        raise UserError(f"{spelling.key('source')} must be offline, hub or a data file")
     if is_data_file(cfg.source) and (problem := file_problem(cfg.source)):
         said = ": data file not found" if problem == "not found" else f" {problem}"
-        raise UserError(f"{name.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
+        raise UserError(f"{spelling.setting('source', cfg.source)}{said} (give offline, hub or a data file)")
     if cfg.include_path is not None and not is_lmeval(cfg.task):
-        raise UserError(f"{name.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
+        raise UserError(f"{spelling.setting('include_path', cfg.include_path)} is for lm-eval tasks: give --task "
                         "lm-eval:NAME, or leave it out")
 
 
-def _check_series(cfg: RunConfig, name: Spelling) -> None:
+def _check_series(cfg: RunConfig, spelling: Spelling) -> None:
     """A checkpoint of a series: the series' name and the checkpoint's step."""
     if cfg.series is not None and (not isinstance(cfg.series, str) or not cfg.series.strip()):
         raise UserError(f"a series must have a name, not {shown(cfg.series)}")
@@ -146,53 +146,53 @@ def _check_series(cfg: RunConfig, name: Spelling) -> None:
         raise UserError(f"a checkpoint's step must be a whole number >= 0, not {shown(cfg.step)}")
 
 
-def _check_soft_prompt(cfg: RunConfig, model_given: bool, name: Spelling) -> None:
+def _check_soft_prompt(cfg: RunConfig, model_given: bool, spelling: Spelling) -> None:
     """A saved soft prompt to score (``--soft-prompt``): a soft prompt's folder, of the model's width where that is
     known before loading."""
     if cfg.soft_prompt is None:
         return
-    given = name.setting("soft_prompt", cfg.soft_prompt)
+    given = spelling.setting("soft_prompt", cfg.soft_prompt)
     shape = check_adapter(given, Path(cfg.soft_prompt), "the folder of a saved soft prompt")
     if not model_given:
         check_width(given, shape, cfg.model)
 
 
-def check_config(cfg: RunConfig, model_given: bool = False, name: Spelling = COMMAND_LINE,
+def check_config(cfg: RunConfig, model_given: bool = False, spelling: Spelling = COMMAND_LINE,
                  on_worker: tuple[str, ...] = ()) -> None:
     """Every option of a RunConfig; the first bad one is a UserError. ``model_given``: the caller passes
     a loaded model, so ``cfg.model`` is only a label. ``on_worker``: options checked where the run
     runs, not here (a sweep's driver checks only the device's name and leaves ``out`` to each worker, and
     on a cluster leaves the ``backend``'s checks on the device to them)."""
-    check_methods(cfg.methods, name)
+    check_methods(cfg.methods, spelling)
     for key in OPTIONS:
-        check_option(key, getattr(cfg, key), name)
+        check_option(key, getattr(cfg, key), spelling)
     for method in cfg.methods:  # what each method's trained part needs (methods/part.py: PartMaker.check)
         maker = maker_of(method)
         if maker is not None:
-            maker.check(cfg, name)
-    check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, name)
-    _check_data(cfg, name)
-    check_device(cfg.device, name, exists="device" not in on_worker)
+            maker.check(cfg, spelling)
+    check_init(cfg.init, cfg.tokens, None if model_given else cfg.model, spelling)
+    _check_data(cfg, spelling)
+    check_device(cfg.device, spelling, exists="device" not in on_worker)
     pick_dtype(cfg.dtype, "cpu")  # raises on an unknown name; the device-dependent choice comes at load
     if "out" not in on_worker:
-        check_out(cfg.out, name)
+        check_out(cfg.out, spelling)
     if not model_given:
         check_model_name(cfg.model)
-    check_backend(cfg, name, on_device="backend" not in on_worker)
-    _check_series(cfg, name)
-    _check_soft_prompt(cfg, model_given, name)
+    check_backend(cfg, spelling, on_device="backend" not in on_worker)
+    _check_series(cfg, spelling)
+    _check_soft_prompt(cfg, model_given, spelling)
 
 
-def check_lora(cfg: RunConfig, name: Spelling = COMMAND_LINE) -> None:
+def check_lora(cfg: RunConfig, spelling: Spelling = COMMAND_LINE) -> None:
     """What a lora run needs before anything loads: peft installed (the peft extra) and at least one target
     layer named; a name no layer of the model has is refused once the model is loaded (lm.lora)."""
     peft_module()
     if not parse_targets(cfg.lora_targets):
-        raise UserError(f"{name.key('lora_targets')} must name at least one linear layer (e.g. "
+        raise UserError(f"{spelling.key('lora_targets')} must spelling at least one linear layer (e.g. "
                         f"{','.join(LORA_TARGETS)}) or be {ALL_LINEAR}")
 
 
-def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
+def check_backend(cfg: RunConfig, spelling: Spelling = COMMAND_LINE, on_device: bool = True) -> None:
     """Engine arguments only for a backend that reads them (``--engine-arg`` with ``--backend vllm``);
     then the backend's own checks (``backends.Backend.check``; vLLM: a model it can load, vLLM installed
     for the device and knowing every engine argument), on the device the run runs on with ``on_device``,
@@ -201,19 +201,20 @@ def check_backend(cfg: RunConfig, name: Spelling = COMMAND_LINE, on_device: bool
     for method in cfg.methods:
         maker = maker_of(method)
         if maker is not None and maker.enters not in chosen.parts:
-            raise UserError(f"{name.setting('backend', cfg.backend)} cannot score method {method}: its engine does "
+            raise UserError(f"{spelling.setting('backend', cfg.backend)} cannot score method {method}: its engine does "
                             f"not read the {maker.what} put into the transformers model ({maker.enters}); run "
-                            f"{method} with {name.setting('backend', HF)}")
+                            f"{method} with {spelling.setting('backend', HF)}")
     if cfg.engine_args and not chosen.takes_args:
-        takers = " or ".join(name.setting("backend", n) for n, b in backends.described().items() if b and b.takes_args)
+        takers = " or ".join(spelling.setting("backend", n) for n, b in backends.described().items()
+                             if b and b.takes_args)
         fix = f"add {takers}, or leave it out" if takers else "leave it out"
-        raise UserError(f"{name.key('engine_args')} sets a backend's engine, and "
-                        f"{name.setting('backend', cfg.backend)} takes no engine arguments: {fix}")
-    chosen.checked(cfg.model, pick_device(cfg.device) if on_device else None, cfg.engine_args, name)
+        raise UserError(f"{spelling.key('engine_args')} sets a backend's engine, and "
+                        f"{spelling.setting('backend', cfg.backend)} takes no engine arguments: {fix}")
+    chosen.checked(cfg.model, pick_device(cfg.device) if on_device else None, cfg.engine_args, spelling)
 
 
 def check_init(value: str, tokens: int | None = None, model: str | None = None,
-               name: Spelling = COMMAND_LINE) -> None:
+               spelling: Spelling = COMMAND_LINE) -> None:
     """``value`` in the init grammar (``softprompt.parse_init``); ``from:PATH`` must name a saved soft
     prompt (the soft_prompt/ folder of a run) with ``tokens`` vectors, of ``model``'s hidden size where
     that is known before loading (``check_width``); else it is checked once the model is loaded
@@ -222,28 +223,28 @@ def check_init(value: str, tokens: int | None = None, model: str | None = None,
         source = parse_init(value).source
         if source is None:
             return
-        given = name.setting("init", value)
+        given = spelling.setting("init", value)
         shape = check_adapter(given, source, "the soft_prompt/ folder of a soft-prompt run")
         if tokens is not None:
             check_warm_start(value, shape[0], tokens)
     except InitRefused as refused:
-        raise init_refusal(refused, name) from None
+        raise init_refusal(refused, spelling) from None
     if model is not None:
         check_width(given, shape, model)
 
 
-def init_refusal(refused: InitRefused, name: Spelling = COMMAND_LINE) -> UserError:
+def init_refusal(refused: InitRefused, spelling: Spelling = COMMAND_LINE) -> UserError:
     """An init the lm layer refused (``softprompt.InitRefused``), said with the options as the user
     wrote them (``--init``/``--tokens`` on the command line, ``init:``/``tokens:`` in a sweep file)."""
     value = refused.value
     if refused.problem == OTHER_TOKENS:
-        return UserError(f"{name.setting('init', value)}: that soft prompt has {refused.found} virtual tokens, "
-                         f"the run asks for {name.setting('tokens', refused.asked)}: pass "
-                         f"{name.setting('tokens', refused.found)}")
+        return UserError(f"{spelling.setting('init', value)}: that soft prompt has {refused.found} virtual tokens, "
+                         f"the run asks for {spelling.setting('tokens', refused.asked)}: pass "
+                         f"{spelling.setting('tokens', refused.found)}")
     if refused.problem == NO_TOKENS:
-        return UserError(f"{name.setting('init', value)}: the text has no tokens for this model; give other "
+        return UserError(f"{spelling.setting('init', value)}: the text has no tokens for this model; give other "
                          "words")
-    return UserError(f"{name.key('init')} must be {INIT_GRAMMAR}, not {shown(value)}")
+    return UserError(f"{spelling.key('init')} must be {INIT_GRAMMAR}, not {shown(value)}")
 
 
 def check_adapter(what: str, folder: Path, give: str) -> tuple[int, ...]:
@@ -270,15 +271,15 @@ def check_width(what: str, shape: tuple[int, ...], model: str) -> None:
                         "it was tuned for another model")
 
 
-def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True) -> None:
+def check_device(device: str, spelling: Spelling = COMMAND_LINE, exists: bool = True) -> None:
     """A device torch understands and, with ``exists``, this machine has: ``cuda`` without CUDA is
     refused here, not after the data has been read and the model is half loaded."""
     found = DEVICE.fullmatch(device) if isinstance(device, str) else None
     if not found:
-        raise UserError(f"unknown {name.key('device')} {shown(device)}: use auto, cpu, cuda, cuda:N or mps")
+        raise UserError(f"unknown {spelling.key('device')} {shown(device)}: use auto, cpu, cuda, cuda:N or mps")
     if not exists:
         return
-    given, cpu = name.setting("device", device), name.setting("device", "cpu")
+    given, cpu = spelling.setting("device", device), spelling.setting("device", "cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
@@ -291,13 +292,13 @@ def check_device(device: str, name: Spelling = COMMAND_LINE, exists: bool = True
         raise UserError(f"{given}: no Apple GPU (MPS) is available here; use {cpu} (or auto)")
 
 
-def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
+def check_out(out: str, spelling: Spelling = COMMAND_LINE) -> None:
     """The output root must be a folder (or not exist yet) under folders this user can write, and not
     inside a run folder (store.format.run_folder_around)."""
     if not isinstance(out, str) or not out.strip():
-        raise UserError(f"{name.key('out')} must name a folder")
+        raise UserError(f"{spelling.key('out')} must spelling a folder")
     path = Path(out)
-    given = name.setting("out", out)
+    given = spelling.setting("out", out)
     if path.exists() and not path.is_dir():
         raise UserError(f"{given} is a file, not a folder: give a folder for the run folders")
     for parent in path.absolute().parents:
@@ -316,7 +317,7 @@ def check_out(out: str, name: Spelling = COMMAND_LINE) -> None:
 
 
 def unused_note(cfg: RunConfig, given: Collection[str], multiple_choice: bool,
-                name: Spelling = COMMAND_LINE, runs: str = "this run") -> str | None:
+                spelling: Spelling = COMMAND_LINE, runs: str = "this run") -> str | None:
     """The one line naming the options ``given`` (the keys the user set) that the run of ``cfg`` does not use, or
     None: those no method of the run reads (each spec's ``reads``: softeval.methods, the rule the run's identity
     follows) and ``permutations`` on a task that is not ``multiple_choice`` (it reorders the options of
@@ -329,17 +330,17 @@ def unused_note(cfg: RunConfig, given: Collection[str], multiple_choice: bool,
         return None
 
     def keys(found: list[str]) -> str:
-        return ", ".join(name.key(k) for k in found)
+        return ", ".join(spelling.key(k) for k in found)
 
     why = []
     if unread:
         why.append(f"{keys(unread)}: not read by method{'s' * (len(cfg.methods) > 1)} {', '.join(cfg.methods)}")
     if unpermuted:
-        why.append(f"{name.key('permutations')}: task {cfg.task} is not multiple choice")
+        why.append(f"{spelling.key('permutations')}: task {cfg.task} is not multiple choice")
     return f"note: {keys(unused)} {'has' if len(unused) == 1 else 'have'} no effect on {runs} ({'; '.join(why)})"
 
 
-def init_note(cfg: RunConfig, instruction: str | None, name: Spelling = COMMAND_LINE) -> str | None:
+def init_note(cfg: RunConfig, instruction: str | None, spelling: Spelling = COMMAND_LINE) -> str | None:
     """The one line saying what ``--init instruction`` starts from on a task without an instruction (vocab tokens:
     ``softprompt.init_used``, what results.json's ``tuning.init`` then records), where a method of the run tunes a
     soft prompt from its init; else None."""
@@ -347,5 +348,5 @@ def init_note(cfg: RunConfig, instruction: str | None, name: Spelling = COMMAND_
     tuned = cfg.soft_prompt is None and any(spec_of(m).tunes and spec_of(m).reads_option("init") for m in cfg.methods)
     if not tuned or used == cfg.init:
         return None
-    return (f"note: {name.setting('init', cfg.init)}: task {cfg.task} has no instruction, so the soft prompt starts "
-            f"from {used} (results.json's tuning.init says {used})")
+    return (f"note: {spelling.setting('init', cfg.init)}: task {cfg.task} has no instruction, so the soft prompt "
+            f"starts from {used} (results.json's tuning.init says {used})")

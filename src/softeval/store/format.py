@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_number
+from softeval.constants import ADAPTER_WEIGHTS, SOURCE_METRICS
 from softeval.errors import shown
 from softeval.methods import known, spec_of, specs
 from softeval.metrics import aggregate, answer_counts
-from softeval.protocol import ADAPTER_WEIGHTS, SOURCE_METRICS
 from softeval.store.record import CURVE_FILE as CURVE_FILE  # named here with every other name of a run folder
 from softeval.store.record import RESULTS_FILE, SAMPLES_FILE, RunFormatError, check_version
 

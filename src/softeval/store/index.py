@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from softeval.constants import ADAPTER_WEIGHTS
 from softeval.errors import UserError, shown
 from softeval.metrics import METRICS, top_answer
-from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.store.format import (
     INDEX_FILE,
     RESULTS_FILE,

@@ -32,7 +32,7 @@ from softeval.run import pipeline
 from softeval.run.config import SWEEP_FILE
 from softeval.run.validate import check_out
 from softeval.store.format import COMPARE_FILE, REPORT_FILE, SWEEP_FOLDER, folder_name
-from softeval.store.groups import record_group
+from softeval.store.lmeval_groups import record_group
 from softeval.store.runs import OtherSettings
 from softeval.sweep.file import ModelEntry, Sweep, SweepJob
 from softeval.sweep.ray_token import use_token_if_any
@@ -103,7 +103,7 @@ def run_sweep(sweep: Sweep, address: str | None = None, max_parallel: int | None
     console = console or message_console()
     started = time.time()
     states = plan(sweep, here=address is None)
-    for record in sweep.groups:  # every refusal is behind: the lm-eval groups' records (store/groups.py)
+    for record in sweep.groups:  # every refusal is behind: the lm-eval groups' records (store/lmeval_groups.py)
         record_group(sweep.out, record)
     view = SweepView(console, states, on_event)
     todo = [s for s in states if s.state == "queued"]

@@ -21,12 +21,12 @@ from typing import Any
 
 import yaml
 
+from softeval.constants import ADAPTER_WEIGHTS
 from softeval.errors import UserError, shown
 from softeval.lm.softprompt import init_from
 from softeval.methods import default_names, maker_of, spec_of
-from softeval.protocol import ADAPTER_WEIGHTS
 from softeval.run.config import COMMAND_LINE, SWEEP_FILE, RunConfig, Spelling
-from softeval.run.groups import group_record
+from softeval.run.lmeval_groups import group_record
 from softeval.run.pipeline import check_variants, own_folder
 from softeval.run.validate import check_config, unused_note
 from softeval.sweep.entries import (
@@ -83,7 +83,7 @@ class Sweep:
     jobs: list[SweepJob]
     retries: int = DEFAULT_RETRIES
     command: str = "sweep"  # the command that runs it, for the fixes its errors suggest (runs.FIXES)
-    groups: list[dict] = field(default_factory=list)  # lm-eval groups' records (store/groups.py), written by run
+    groups: list[dict] = field(default_factory=list)  # lm-eval groups' records (store/lmeval_groups.py), written by run
     # the options written that no run of a task uses, one line a task (validate.unused_note): said once every check
     # has passed (view.print_notes), as `softeval run` says them before its model loads
     notes: list[str] = field(default_factory=list)
@@ -205,12 +205,12 @@ def _jobs(models: list[ModelEntry], tasks: list[TaskEntry], shared: dict[str, An
 
 
 def _unused(model: str, task: str, methods: list[str], given: set[str], options: dict[str, Any],
-            name: Spelling) -> str | None:
+            spelling: Spelling) -> str | None:
     """What `softeval run` says of the options ``given`` at any level that none of the pair's ``methods`` reads, or
     ``permutations`` on a task that is not multiple choice (``validate.unused_note``), without its 'note: '."""
     config = RunConfig(model=model, task=task, methods=tuple(methods))
     multiple_choice = "permutations" not in given or get_task(task, options.get("include_path")).multiple_choice
-    note = unused_note(config, given, multiple_choice, name, runs="its runs")
+    note = unused_note(config, given, multiple_choice, spelling, runs="its runs")
     return note and note.removeprefix("note: ")
 
 
@@ -288,13 +288,13 @@ def _one_writer_per_folder(jobs: list[SweepJob], where: str) -> None:
         seen[final] = job
 
 
-def _check_config(config: RunConfig, where: str, name: Spelling, local: bool) -> None:
+def _check_config(config: RunConfig, where: str, spelling: Spelling, local: bool) -> None:
     """The checks of `softeval run`, on the driver, naming each option as the user wrote it (a sweep
-    file's key, or `softeval track`'s flag: ``name``). The device and the output root are the
+    file's key, or `softeval track`'s flag: ``spelling``). The device and the output root are the
     workers': only the device's name is checked here (the driver of a GPU cluster may have none), and
     ``out`` is probed from the driver and each worker. The backend is checked on this machine's device
     when the workers run here (``local``), else what can be checked away from them."""
     try:
-        check_config(config, name=name, on_worker=("device", "out") + (() if local else ("backend",)))
+        check_config(config, spelling=spelling, on_worker=("device", "out") + (() if local else ("backend",)))
     except UserError as err:
         raise UserError(f"{where}: {err}") from None

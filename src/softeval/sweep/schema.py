@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from softeval.constants import KINDS
 from softeval.declared import (
     MISSING,
     UNKNOWN,
@@ -39,7 +40,6 @@ from softeval.declared import (
 )
 from softeval.errors import UserError, did_you_mean, shown
 from softeval.methods import default_names, names
-from softeval.protocol import KINDS
 from softeval.run.config import OPTIONS, SWEEP_FILE, SWEEP_OPTIONS, Option, Spelling
 from softeval.run.validate import check_methods, check_option
 

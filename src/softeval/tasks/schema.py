@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, WrapValidator, model_validator
 
+from softeval.constants import ONE_LINE, TARGET_KINDS
 from softeval.declared import (
     MISSING,
     UNKNOWN,
@@ -24,7 +25,6 @@ from softeval.declared import (
     said,
 )
 from softeval.errors import UserError
-from softeval.protocol import ONE_LINE, TARGET_KINDS
 from softeval.tasks.base import HELD_OUT_SEED
 
 MATCHERS = ("exact", "numeric", "f1")

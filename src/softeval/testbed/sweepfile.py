@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from softeval.constants import BASE, POST_TRAINED
 from softeval.methods import names, reference
-from softeval.protocol import BASE, POST_TRAINED
 from softeval.store.format import TESTBED_SWEEP
 
 

@@ -2,7 +2,7 @@
 own (``--task lm-eval:SUBTASK`` with the same options: its own run folder, identity and soft prompt,
 tuned on that subtask's tuning split), the model loaded once for all of them. Every subtask is checked
 (its data read, its options against it) before the model loads. The group's definition is recorded in
-the output root (store/groups.py) for `compare` and `report`; its score is lm-eval's aggregation of the
+the output root (store/lmeval_groups.py) for `compare` and `report`; its score is lm-eval's aggregation of the
 subtasks' scores (tasks/lmeval_group.py).
 """
 
@@ -17,13 +17,13 @@ from softeval.lm.backends import close_engine
 from softeval.lm.models import LoadedModel
 from softeval.run.config import RunConfig
 from softeval.run.pipeline import Job, load_lm, run_job
-from softeval.store.groups import record_group
+from softeval.store.lmeval_groups import record_group
 from softeval.tasks.lmeval_bridge import PREFIX, lm_eval_module
 from softeval.tasks.lmeval_group import GroupPlan, plan
 
 
 def group_record(include_path: str | None, group: GroupPlan) -> dict:
-    """What the output root keeps of a group run (store/groups.py)."""
+    """What the output root keeps of a group run (store/lmeval_groups.py)."""
     return {**group.as_json(), "include_path": include_path, "lm_eval_version": lm_eval_module().__version__}
 
 

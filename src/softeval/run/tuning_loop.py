@@ -197,14 +197,14 @@ class Kept:
 
 @dataclass(frozen=True)
 class TunedPart:
-    """What is tuned, for which run. ``part``: the method's part, built by its maker (run/tuned.py); None, for a
+    """What is tuned, for which run. ``part``: the method's part, built by its maker (run/training.py); None, for a
     program or a test that tunes the default part: a soft prompt initialised from the tuning config, whose init
-    refused once the model is loaded is worded with the options as ``name`` spells them. ``method``: the run's
+    refused once the model is loaded is worded with the options as ``spelling`` spells them. ``method``: the run's
     method, whose prompt (``prompter.ids(item, method)``) tuning and the held-out slice read."""
 
     part: TrainedPart | None = None
     method: str | None = None
-    name: Spelling = COMMAND_LINE
+    spelling: Spelling = COMMAND_LINE
 
 
 def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Example], config: TuneConfig,
@@ -217,7 +217,7 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     """
     started = time.time()
     torch.manual_seed(config.seed)
-    part = _soft_prompt(lm, prompter, config, tuned.name) if tuned.part is None else tuned.part
+    part = _soft_prompt(lm, prompter, config, tuned.spelling) if tuned.part is None else tuned.part
     folder, identity, log = (None, None, None) if kept is None else (kept.folder, kept.identity, kept.log)
     loop = _Loop(lm, prompter, train, curve_items, config, part, tuned.method, folder, started)
     with HeldInterrupts() as held:
@@ -233,14 +233,14 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
     return loop.result()
 
 
-def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, name: Spelling) -> SoftPrompt:
+def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, spelling: Spelling) -> SoftPrompt:
     """The soft prompt ``config`` initialises (its init, its tokens, its seed), on the model's device; an init
-    refused once the model is loaded is the user's error, naming the option as ``name`` spells it."""
+    refused once the model is loaded is the user's error, naming the option as ``spelling`` spells it."""
     try:
         instruction = (prompter.task.instruction or "") if prompter is not None else ""
         return SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed, instruction).to(lm.device)
     except InitRefused as refused:
-        raise init_refusal(refused, name) from None
+        raise init_refusal(refused, spelling) from None
 
 
 def _state_identity(run: dict | None, config: TuneConfig, items: list[Example]) -> dict:

@@ -1,5 +1,5 @@
 """lm-eval groups' scores from their subtasks' runs: for each group recorded in an output root
-(store/groups.py) and each model, method and seed that has runs of its subtasks, lm-eval's aggregation
+(store/lmeval_groups.py) and each model, method and seed that has runs of its subtasks, lm-eval's aggregation
 of the subtasks' per-task scores (``metrics.lm_eval`` of each results.json; tasks/lmeval_group.py).
 A group with some subtasks not yet run is scored over those run and says how many are missing.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from softeval.constants import SOURCE_METRICS
 from softeval.methods import names
-from softeval.protocol import SOURCE_METRICS
 from softeval.tasks.lmeval_bridge import PREFIX
 from softeval.tasks.lmeval_group import group_score
 

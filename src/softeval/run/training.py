@@ -1,5 +1,5 @@
 """What a method trains, through its part's interface (methods/part.py: the spec's maker builds the part, the one
-tuning loop of run/tune.py tunes it), with a progress bar and a line per curve point, and how tuning went said.
+tuning loop of run/tuning_loop.py tunes it), with a progress bar and a line per curve point, and how tuning went said.
 ``trainer`` gives the run of a method the part it trains, in the model for the run's duration."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 
 from softeval.consoles import progress_bar
+from softeval.constants import WORKED_SOLUTION
 from softeval.lm.softprompt import init_source
 from softeval.methods import MethodSpec, maker_of, spec_of
 from softeval.methods.part import TrainedPart
 from softeval.metrics import FOLLOWS_FORMAT
-from softeval.protocol import WORKED_SOLUTION
 from softeval.run.config import OPTIONS, TARGET_DEFAULTS, RunConfig, spelled
-from softeval.run.tune import Kept, TuneConfig, TunedPart, TuneResult, still_learning, tune
+from softeval.run.tuning_loop import Kept, TuneConfig, TunedPart, TuneResult, still_learning, tune
 
 WORKED = TARGET_DEFAULTS[WORKED_SOLUTION]
 

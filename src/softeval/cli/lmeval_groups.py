@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from softeval.analysis.groups import GroupScore
+    from softeval.analysis.lmeval_groups import GroupScore
 
 
 def print_group_scores(console: Console, rows: list[GroupScore]) -> None:
