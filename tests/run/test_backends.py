@@ -121,13 +121,14 @@ def _help(capsys) -> str:
 
 def test_both_built_in_engines_have_the_interface():
     for engine in (HfEngine, VllmEngine):
-        assert all(callable(getattr(engine, name, None)) for name in ("generate", "record", "close"))
+        assert all(callable(getattr(engine, name, None))
+                   for name in ("generate", "loglikelihood", "loglikelihood_refusal", "record", "close"))
     assert HfEngine(tiny_lm(), 4).record() == {"backend": "hf"}  # what results.json has always said
     assert backends.names() == ("hf", "vllm") and backends.DEFAULT == "hf"  # no other installed here
     assert OPTIONS["backend"].default == "hf" and tuple(OPTIONS["backend"].choices) == ("hf", "vllm")
     assert backends.backend_help() == OPTIONS["backend"].help() == (
-        "generation engine: hf (the default: softeval's own) or vllm (vLLM; log-likelihoods and tuning stay on "
-        "hf; docs/reference/backends.md)")
+        "generation engine: hf (the default: softeval's own) or vllm (vLLM; tuning, and log-likelihoods under a soft "
+        "prompt, stay on hf; docs/reference/backends.md)")
 
 
 def test_no_engine_is_imported_until_its_backend_is_chosen():
@@ -191,9 +192,9 @@ def test_help_lists_the_backends_there_are_when_it_is_shown(plugin, capsys):
     finally:
         backends.unregister("late")
     assert "--backend {hf,vllm,late,counting,broken}" in shown
-    assert ("generation engine: hf (the default: softeval's own), vllm (vLLM; log-likelihoods and tuning stay on "
-            "hf; docs/reference/backends.md), late (registered after the table), counting (the HF engine, counting its "
-            "calls) or broken (its entry point does not load: choose it to see why)") in shown
+    assert ("generation engine: hf (the default: softeval's own), vllm (vLLM; tuning, and log-likelihoods under a "
+            "soft prompt, stay on hf; docs/reference/backends.md), late (registered after the table), counting (the HF "
+            "engine, counting its calls) or broken (its entry point does not load: choose it to see why)") in shown
     assert "softeval_counting.engine" not in sys.modules  # the description loaded, not the engine
     assert "late (registered" not in _help(capsys)
 

@@ -27,6 +27,8 @@ from softeval.methods.part import ENTERS, INPUT_PREFIX
 from softeval.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: the backends' table imports no torch (the option table reads it)
+    import torch
+
     from softeval.lm.models import LoadedModel
 
 ENTRY_POINTS = "softeval.backends"  # the entry-point group through which another distribution adds a backend
@@ -89,7 +91,7 @@ def _is_backend(name: str, obj: object) -> Backend:
 BUILT_IN: dict[str, Backend] = {b.name: b for b in (
     Backend(HF, "softeval.lm.hf_engine:start", "the default: softeval's own", parts=ENTERS),
     Backend("vllm", "softeval.lm.vllm_engine:start",
-            "vLLM; log-likelihoods and tuning stay on hf; docs/reference/backends.md",
+            "vLLM; tuning, and log-likelihoods under a soft prompt, stay on hf; docs/reference/backends.md",
             keep=True, takes_args=True, label="vLLM", check="softeval.lm.vllm_args:check",
             started=lambda e: f"vLLM {e.version} engine started in {e.start_seconds:.0f}s"),
 )}
@@ -172,6 +174,22 @@ def start_engine(lm: LoadedModel, name: str, batch_size: int, args: dict | None,
     if spec.started is not None:
         say(spec.started(engine))
     return engine
+
+
+def loglikelihood_engine(engine: Engine, lm: LoadedModel, batch_size: int,
+                         soft: torch.Tensor | None) -> tuple[Engine, str | None]:
+    """The engine that computes a run's log-likelihoods (``Engine.loglikelihood``) with ``soft``: ``engine`` where
+    it can, else the HF engine on the same model (``batch_size``: the run's --eval-batch-size) with ``engine``'s
+    reason (``Engine.loglikelihood_refusal``). An engine without the two methods (another package's, written
+    before engines computed log-likelihoods) is one that cannot."""
+    refusal = getattr(engine, "loglikelihood_refusal", None)
+    if refusal is None or not callable(getattr(engine, "loglikelihood", None)):
+        why = f"the {engine.record().get('backend', '?')} engine computes no log-likelihoods"
+    else:
+        why = refusal(soft)
+    if why is None:
+        return engine, None
+    return BUILT_IN[HF].start(lm, batch_size, None), why
 
 
 def end_engine(lm: LoadedModel | None, engine: Engine | None) -> None:

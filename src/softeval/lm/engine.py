@@ -5,14 +5,19 @@ gives back a ``Generation``: each greedy output cut at the first stop string or 
 task's answer is complete), whether it ran out of ``max_new_tokens``, and with ``first_ids`` the
 log-probabilities of those tokens (a multiple-choice item's letters) as the first new one. Every backend
 keeps that contract: the same stop rule, the same decoding, texts and ``hit_limit`` that mean the same, so
-a run's files have one schema. ``record`` is what results.json's ``engine`` says of it; ``close`` frees
-what it holds.
+a run's files have one schema. ``loglikelihood`` gives every other log-likelihood a run's scoring needs
+(cloze options, ``--permutations``, options longer than a token): per context, the summed log-probability of
+each continuation after it. An engine that cannot compute them for a prompt (vLLM gives no prompt
+log-probabilities of prompt embeddings, so none under a soft prompt) says why in ``loglikelihood_refusal``;
+the HF engine on the same model computes them then (``backends.loglikelihood_engine``), and the run says so
+in its log and in results.json's ``engine``. ``record`` is what results.json's ``engine`` says of it;
+``close`` frees what it holds.
 
 Two engines are built in: ``hf_engine.HfEngine`` (softeval's own loop on the transformers model,
 ``generation``) and ``vllm_engine.VllmEngine``. A ``backends.Backend`` says how the run starts one (by
 module path: an engine is imported only when its backend is chosen) and what it checks before a model loads;
 the registry of backends by name, built-ins and entry points, is ``backends`` (docs/reference/architecture.md, "Adding a
-backend"). Log-likelihoods and tuning are not an engine's: they stay on the transformers model.
+backend"). Tuning is not an engine's: it stays on the transformers model.
 """
 
 from __future__ import annotations
@@ -61,6 +66,20 @@ class Engine(Protocol):
         engine may stop there or generate on and cut; ``hit_limit`` is False either way); ``first_ids``: per
         prompt, the tokens whose log-probabilities as the first new token ``Generation.first_logprobs``
         holds. Results in the caller's order; ``progress(n)`` told of each ``n`` prompts done."""
+        ...
+
+    def loglikelihood(self, contexts: Sequence[list[int]], continuations: Sequence[Sequence[list[int]]], *,
+                      soft: torch.Tensor | None = None, progress: Progress = None) -> list[list[float]]:
+        """Per token-id context (each at least one token), the summed log-probability of each of its
+        ``continuations`` (token ids; an empty one scores 0.0) after it, with ``soft`` placed as ``generate``
+        places it: a multiple-choice item's options, its cloze texts, a gold answer. Results in the caller's
+        order; ``progress(n)`` told of each ``n`` contexts done. Only where ``loglikelihood_refusal(soft)`` is
+        None."""
+        ...
+
+    def loglikelihood_refusal(self, soft: torch.Tensor | None) -> str | None:
+        """None where ``loglikelihood`` computes with ``soft`` (None: no soft prompt), else why it cannot, in a
+        clause ("vLLM gives no prompt log-probabilities of prompt embeddings"): the HF engine computes them then."""
         ...
 
     def record(self) -> dict:

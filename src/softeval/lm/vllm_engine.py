@@ -11,8 +11,9 @@ EOS ids of ``generation`` (``ignore_eos``: vLLM's own idea of EOS from the model
 does not apply; ``generation_config="vllm"``: nor do its sampling defaults), and outputs are decoded
 by softeval's tokenizer with special tokens kept and cut by ``generation.finish`` (stop strings, then a task's
 complete answer, which vLLM generates past and softeval cuts after), so texts and ``hit_limit`` mean what they
-mean for the HF engine. Log-likelihoods (letters, cloze, permutations) and
-tuning stay on the HF model: vLLM cannot give prompt log-probabilities of prompt embeddings.
+mean for the HF engine. Log-likelihoods (cloze, permutations, options longer than a token) come from
+vLLM's prompt log-probabilities of token-id prompts (``loglikelihood``); vLLM gives none of prompt embeddings, so
+under a soft prompt the HF engine computes them (``loglikelihood_refusal``). Tuning stays on the HF model.
 
 One engine per loaded model, kept on it between jobs (``backends.start_engine``); ``close`` shuts its
 processes down and frees its memory. Sizing (docs/reference/backends.md): on CPU the engine runs in this process,
@@ -49,6 +50,7 @@ DEFAULT_MAX_MODEL_LEN = 4096  # at most; a longer prompt is refused with the eng
 # faster than the eager one, which started in 8-18 s: the compile pays for itself only after ~300 GSM8K
 # items per cached start, ~1,000-1,500 the first time (docs/research/backends.md).
 CPU_EAGER = True
+NO_EMBEDS_LOGLIK = "vLLM gives no prompt log-probabilities of prompt embeddings"
 
 
 def refusal(err: ValueError) -> str:
@@ -205,6 +207,39 @@ class VllmEngine:
         if progress:
             progress(len(seqs))
         return Generation(texts, limited, first_logprobs=None if first_ids is None else firsts)
+
+    def loglikelihood_refusal(self, soft: torch.Tensor | None) -> str | None:
+        """vLLM gives prompt log-probabilities of token-id prompts only."""
+        return None if soft is None else NO_EMBEDS_LOGLIK
+
+    @torch.no_grad()
+    def loglikelihood(self, contexts: Sequence[list[int]], continuations: Sequence[Sequence[list[int]]], *,
+                      soft: torch.Tensor | None = None, progress: Progress = None) -> list[list[float]]:
+        """``engine.Engine.loglikelihood`` on vLLM: each context+continuation one token-id prompt, read off vLLM's
+        prompt log-probabilities (``prompt_logprobs=0``: the prompt's own token at each position, from the raw
+        logits), one new token generated and dropped; the continuation's tokens summed in order."""
+        from vllm import SamplingParams
+
+        if soft is not None:
+            raise ValueError(f"{NO_EMBEDS_LOGLIK}: ask loglikelihood_refusal first")
+        if any(not c for c in contexts):
+            raise ValueError("every context needs at least one token")
+        scores = [[0.0] * len(conts) for conts in continuations]
+        asked = [(i, j) for i, conts in enumerate(continuations) for j, cont in enumerate(conts) if cont]
+        prompts = [list(contexts[i]) + list(continuations[i][j]) for i, j in asked]
+        longest = max(map(len, prompts), default=0) + 1
+        if longest > self.max_len:
+            raise UserError(f"a context and continuation of {longest - 1} tokens exceed the vLLM engine's "
+                            f"max_model_len {self.max_len}: give --engine-arg max_model_len={longest} (at most "
+                            f"{self.lm.max_length}), or --limit fewer shots")
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        for (i, j), out in zip(asked, outputs):
+            at, rows = len(contexts[i]), out.prompt_logprobs  # rows[t]: token t given those before it
+            scores[i][j] = float(sum(rows[at + t][tok].logprob for t, tok in enumerate(continuations[i][j])))
+        if progress:
+            progress(len(contexts))
+        return scores
 
     def close(self) -> None:
         """Shut the engine's processes down and free its memory (a sweep worker, before its next model)."""

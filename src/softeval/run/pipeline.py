@@ -20,8 +20,8 @@ from softeval.consoles import message_console, progress_bar
 from softeval.constants import SOURCE_METRICS
 from softeval.diagnosis import count_causes, failure_cause
 from softeval.errors import UserError, shown
-from softeval.lm import loglik, memory
-from softeval.lm.backends import close_engine, end_engine, start_engine
+from softeval.lm import memory
+from softeval.lm.backends import close_engine, end_engine, loglikelihood_engine, start_engine
 from softeval.lm.engine import Engine
 from softeval.lm.models import LoadedModel, load_model
 from softeval.methods import SAVED_PART, MethodSpec, spec_of
@@ -66,6 +66,9 @@ class Job:
     _engine: Engine | None = None
     _prompter: Prompter | None = None
     _kind_said: bool = False
+    # per method: the engine that computes its log-likelihoods, and what results.json's engine says of it when
+    # that is not the generating engine
+    _scorers: dict = field(default_factory=dict)
     spelling: Spelling = COMMAND_LINE  # how the user wrote the options: flags, or a sweep file's keys
 
     def prepare(self) -> None:
@@ -128,6 +131,27 @@ class Job:
                 status=lambda what: console.status(f"starting {what} for {cfg.model}"),
                 say=lambda line: console.print(line, markup=False))
         return self._engine
+
+    def scorer(self, method: str, soft) -> Engine:
+        """The engine that computes ``method``'s log-likelihoods (cloze, --permutations, options longer than a
+        token) with its soft prompt ``soft``: the generating engine where it can, else the HF engine on the same
+        model (``backends.loglikelihood_engine``), said once in one line and in results.json's ``engine``."""
+        if method not in self._scorers:
+            engine = self.engine()
+            scorer, why = loglikelihood_engine(engine, self.lm, self.config.eval_batch_size, soft)
+            said = None if why is None else {**scorer.record(), "why": why}
+            if said is not None:
+                self.console.print(f"{method}: log-likelihoods on the {said['backend']} engine: {why}",
+                                   style="yellow", markup=False, highlight=False)
+            self._scorers[method] = (scorer, said)
+        return self._scorers[method][0]
+
+    def engine_record(self, method: str) -> dict:
+        """results.json's ``engine`` of ``method``'s run: the generating engine's record, with ``loglikelihood``
+        (the other engine's record and why) where another engine computed its log-likelihoods."""
+        said = self._scorers.get(method, (None, None))[1]
+        record = self.engine().record()
+        return record if said is None else {**record, "loglikelihood": said}
 
     @property
     def prompter(self) -> Prompter:
@@ -372,7 +396,7 @@ def run_record(job: Job, spec: MethodSpec, samples: list[dict], text: str, train
         item_ids=[e.id for e in job.items],
         split={**job.splits.describe(), "item_seed": ITEM_SEED},
         chat_template=prompter.chat,
-        engine=job.engine().record(),
+        engine=job.engine_record(spec.name),
         truncated_prompts=truncated,
         unscorable=unscorable,
         tuning=trained.tuning,
@@ -413,14 +437,16 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
     of the option texts and, with ``--permutations``, the ``permutation_picks``. Saved to
     ``partial/outputs.jsonl`` every ``SAVE_EVERY`` items: an interrupted run resumes with the items
     it has not scored. Items go longest first, so each chunk holds prompts of similar length."""
-    cfg, task, lm, prompter = job.config, job.task, job.lm, job.prompter
+    cfg, task, prompter = job.config, job.task, job.prompter
     ids = [e.id for e in job.items]
     options = [prompter.option_ids(e) for e in job.items] if task.multiple_choice else None
-    engine = job.engine()  # generation on the run's backend; log-likelihoods stay on the HF model
+    engine = job.engine()  # generation on the run's backend
     # Single-token options (letters) are scored from the generation's own first step, on every engine.
     single = options is not None and all(len(o) == 1 for opts in options for o in opts)
     cloze = task.cloze is not None
     permute = cfg.permutations > 0 and task.multiple_choice
+    # every other log-likelihood from the engine, or the HF engine where it cannot (said once, even on a resume)
+    scorer = job.scorer(method, soft) if cloze or permute or (options is not None and not single) else None
     needs = ("cloze_scores",) * cloze + ("permutation_picks",) * permute
     saved = partial / OUTPUTS_FILE
     done = _load_done(saved, ids, needs)
@@ -438,14 +464,11 @@ def score_items(job: Job, method: str, prompts: list[list[int]], soft, partial: 
             scores: dict[int, list[float]] = dict(enumerate(gen.first_logprobs)) if single else {}
             texts, hit = gen.texts, gen.hit_limit
             if options is not None and not single:
-                multi = loglik.option_logprobs(lm, [prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft,
-                                               batch_size=cfg.eval_batch_size)
+                multi = scorer.loglikelihood([prompts[i] for i in chunk], [options[i] for i in chunk], soft=soft)
                 scores = dict(enumerate(multi))
             examples = [job.items[i] for i in chunk]
-            clozes = (cloze_scores(lm, prompter, method, examples, soft, cfg.eval_batch_size)
-                      if cloze else None)
-            picks = permutation_picks(lm, prompter, method, examples, soft, cfg.permutations,
-                                      cfg.eval_batch_size) if permute else None
+            clozes = cloze_scores(scorer, prompter, method, examples, soft) if cloze else None
+            picks = permutation_picks(scorer, prompter, method, examples, soft, cfg.permutations) if permute else None
             rows = [{"i": i, "id": ids[i], "output": text, "hit_limit": hit[k], "option_scores": scores.get(k),
                      "cloze_scores": clozes[k] if clozes else None, "permutation_picks": picks[k] if picks else None}
                     for k, (i, text) in enumerate(zip(chunk, texts))]

@@ -1,5 +1,6 @@
 """Read a model's output back with the task's extractors and score it against the gold answer; the
-log-likelihood references beside it (the cloze options, the letters in permuted orders)."""
+log-likelihood references beside it (the cloze options, the letters in permuted orders), asked of an engine
+(``Engine.loglikelihood``): nothing here calls a model."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from softeval.lm import loglik
-from softeval.lm.models import LoadedModel
+from softeval.lm.engine import Engine
 from softeval.run.prompting import Prompter
 from softeval.tasks.base import LETTERS, Example, Task, Unscorable
 
@@ -126,26 +126,24 @@ def add_permutations(sample: dict, example: Example, picks: Sequence[str]) -> di
     return sample
 
 
-def cloze_scores(lm: LoadedModel, prompter: Prompter, method: str, examples: list[Example],
-                 soft: torch.Tensor | None, batch_size: int) -> list[list[float]]:
+def cloze_scores(engine: Engine, prompter: Prompter, method: str, examples: list[Example],
+                 soft: torch.Tensor | None) -> list[list[float]]:
     """Summed log-probability of each option's text after the item's cloze prompt, under the
-    method's own context (its shots, its soft prompt); each item's context runs once for all its
-    options."""
+    method's own context (its shots, its soft prompt), from ``engine`` (the HF engine runs each item's
+    context once for all its options)."""
     pairs = [prompter.cloze_ids(e, method) for e in examples]
-    return loglik.option_logprobs(lm, [c for c, _ in pairs], [o for _, o in pairs], soft=soft,
-                                  batch_size=batch_size)
+    return engine.loglikelihood([c for c, _ in pairs], [o for _, o in pairs], soft=soft)
 
 
-def permutation_picks(lm: LoadedModel, prompter: Prompter, method: str, examples: list[Example],
-                      soft: torch.Tensor | None, k: int, batch_size: int) -> list[list[str]]:
+def permutation_picks(engine: Engine, prompter: Prompter, method: str, examples: list[Example],
+                      soft: torch.Tensor | None, k: int) -> list[list[str]]:
     """Per item, the original letter of the option the letters' log-likelihood picks in each of
     ``k`` (``--permutations``) seeded orders of its options (the lettered prompt re-rendered each time)."""
     orders = [permutations_for(len(e.options), k, e.id) for e in examples]
     flat = [(n, order) for n, item_orders in enumerate(orders) for order in item_orders]
     shown = [permuted(examples[n], order) for n, order in flat]
-    scores = loglik.option_logprobs(lm, [prompter.ids(e, method) for e in shown],
-                                    [prompter.option_ids(e) for e in shown], soft=soft,
-                                    batch_size=batch_size)
+    scores = engine.loglikelihood([prompter.ids(e, method) for e in shown], [prompter.option_ids(e) for e in shown],
+                                  soft=soft)
     picks: list[list[str]] = [[] for _ in examples]
     for (n, order), item_scores in zip(flat, scores):
         picks[n].append(LETTERS[order[_argmax(item_scores)]])
