@@ -78,8 +78,8 @@ def _curve(ax, run: Run) -> None:
 
 
 def draw(runs: list[Run]) -> Figure:
-    tuned = [r for r in runs if (r.path / CURVE_FILE).is_file() and methods.spec_of(r.method).trains
-             == methods.SOFT_PROMPT]
+    tuned = [r for r in runs if (r.path / CURVE_FILE).is_file() and methods.spec_of(r.method).role
+             == methods.TREATMENT]  # the soft prompt's curve
     fig = Figure(figsize=(9.0, 3.4) if tuned else (5.0, 3.4))
     axes = fig.subplots(1, 2 if tuned else 1, squeeze=False, width_ratios=[1.4, 1] if tuned else None)[0]
     _bars(axes[0], runs)

@@ -55,14 +55,14 @@ def test_wilson_bounds_are_exact_at_none_and_all():
 
 def test_methods_and_metrics_are_one_list_each():
     """One source of truth: the methods are the registry's (softeval.methods) and the metrics softeval.metrics'
-    METRIC_TABLE; protocol, the CLI, the index, compare, choices and the report keep no copies."""
-    from softeval import methods, metrics, protocol, results
+    METRIC_TABLE; constants, the CLI, the index, compare, choices and the report keep no copies."""
+    from softeval import constants, methods, metrics, results
     from softeval.analysis import choices, compare, report
     from softeval.cli import app
     from softeval.store import index
 
     for name in ("METHODS", "DEFAULT_METHODS", "TUNED_METHODS", "METRICS"):
-        assert not hasattr(protocol, name)
+        assert not hasattr(constants, name)
     for module, name in ((metrics, "ITEM_FIELDS"), (choices, "PER_ITEM"), (compare, "PER_ITEM"), (app, "SHORT"),
                          (results, "EVERY_RUN_METRICS")):
         assert not hasattr(module, name), f"{module.__name__}.{name}: a copy of softeval.metrics.METRIC_TABLE"

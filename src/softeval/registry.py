@@ -60,10 +60,10 @@ class Registry(Generic[T]):
         not load, is a UserError (one line)."""
         if not isinstance(name, str) or name not in self:
             raise UserError(f"unknown {self.kind} {shown(name)}: use {', '.join(self.names())}")
+        if name in self._registered:  # a program's or a test's own, over a built-in only with ``replace``
+            return self._registered[name]
         if name in self._built_in:
             return self._built(name)
-        if name in self._registered:
-            return self._registered[name]
         if name not in self._loaded and name not in self._broken:
             self._load_entry(name, self._read()[name])
         if name in self._broken:
@@ -82,8 +82,9 @@ class Registry(Generic[T]):
 
     def register(self, name: str, obj: T, replace: bool = False) -> T:
         """Add ``obj`` as ``name`` in this process (after its ``check``); returns what was kept. A built-in's name
-        stays the built-in's, and another registered object of that name is replaced only with ``replace``."""
-        if name in self._built_in:
+        stays the built-in's, and another registered object of that name is replaced, only with ``replace`` (a
+        test's variant of a built-in, in this process until ``unregister``)."""
+        if name in self._built_in and not replace:
             raise ValueError(f"{self.kind} {name!r} is built in: a built-in's name stays the built-in's")
         kept = self._checked(name, obj)
         if name in self._registered and not replace and self._registered[name] != kept:
@@ -92,7 +93,8 @@ class Registry(Generic[T]):
         return kept
 
     def unregister(self, name: str) -> None:
-        """Take back what ``register`` added (a test's own, after the test); built-ins and entry points stay."""
+        """Take back what ``register`` added (a test's own, after the test; a built-in it replaced is back); built-ins
+        and entry points stay."""
         self._registered.pop(name, None)
 
     def reread(self) -> None:

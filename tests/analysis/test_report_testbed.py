@@ -16,8 +16,8 @@ EVIL = "<script>alert(1)</script>"
 
 def planted(tmp_path):
     demo_runs(tmp_path)  # a testbed's root holds its runs beside testbed.json
-    worlds = [world(s, {"zero-shot": [0.0, 0.1, 0.6, 0.7, 0.0], "few-shot": TRUE, "soft-prompt": TRUE, "lora": TRUE},
-                    TRUE, TRUE) for s in (0, 1)]
+    scores = {**{m: TRUE for m in names()}, "zero-shot": [0.0, 0.1, 0.6, 0.7, 0.0]}  # every registered method
+    worlds = [world(s, scores, TRUE, TRUE) for s in (0, 1)]
     notes = {w.seed: {r.name: {"seen_share": r.scored_share, "cloze": r.scored_share} for r in RECIPES} for w in worlds}
     data = summarize(worlds, RECIPES, notes, {0: 0.05, 1: 0.05}, {"quick": True}, 100, {"total_s": 1.0})
     data["controls"][0]["details"].append(EVIL)
@@ -29,7 +29,7 @@ def test_the_section_holds_every_method_recipe_and_control(tmp_path):
     data = planted(tmp_path)
     section = section_of(tmp_path)
     assert [r["method"] for r in section["rows"]] == list(data["methods"]) == list(names())
-    assert list(names()) == ["zero-shot", "few-shot", "soft-prompt", "lora"]
+    assert list(names()) == ["zero-shot", "few-shot", "soft-prompt", "lora", "prefix-tuning"]
     assert section["seeds"] == [0, 1] and set(section["recipes"]) == {r.name for r in RECIPES}
     assert section["chart"].src.startswith("data:image/svg+xml;base64,")
     page = build_report(tmp_path, tmp_path / "report.html").read_text()

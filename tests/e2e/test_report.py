@@ -201,7 +201,8 @@ def test_a_lora_run_gets_its_column_curve_and_ranking_row_and_none_without_one(t
                   extras=Extras(model_kind="post-trained"))
     page = build_report(tmp_path / "runs", tmp_path / "r.html", pairs=pairs, n_boot=60).read_text(encoding="utf-8")
     assert "<th>lora</th>" in page
-    assert "Learning curves (soft-prompt and lora tuning)" in page and "No soft-prompt or lora runs" not in page
+    assert "Learning curves (soft-prompt, lora and prefix-tuning tuning)" in page
+    assert "No soft-prompt, lora or prefix-tuning runs" not in page
     assert re.search(r"<td>mmlu</td><td>lora</td>", page)
     alone = tmp_path / "alone"
     write_run(alone, "m", "mmlu", "zero-shot", [True, False])

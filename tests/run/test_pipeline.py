@@ -181,7 +181,8 @@ def test_memory_freed_by_each_method_run_is_handed_back(toy, tmp_path, monkeypat
 def test_the_tuning_summary_is_one_line_in_a_log(toy, tmp_path, capsys):
     """with stderr no terminal, rich wrapped the summary at 80 columns mid-sentence
     ("format_rate >= 0.9 not reached on the \\nheld-out slice"); a command's messages are whole lines there."""
-    from softeval.run.training import AFTER_THE_RECIPE, advice
+    from softeval.methods.soft_prompt import AFTER_THE_RECIPE
+    from softeval.run.training import advice
 
     run_job(_config(tmp_path, methods=("soft-prompt",), steps=2, curve_every=1), lm=tiny_lm())
     err = capsys.readouterr().err.splitlines()

@@ -434,8 +434,9 @@ def test_a_tuning_that_never_reached_the_format_says_how_far_it_got_and_what_to_
     assert said.startswith("not reached on the held-out slice (best 0.12 at step 20): the soft prompt did not learn")
     assert "--steps" in said and "--lr" in said and "--init" in said
     assert not_reached([{"step": 3, "loss": 1.0, "format_rate": None}], "soft-prompt").startswith("not measured")
+    from softeval.methods.soft_prompt import AFTER_THE_RECIPE
     from softeval.run.config import RunConfig
-    from softeval.run.training import AFTER_THE_RECIPE, advice
+    from softeval.run.training import advice
 
     assert not_reached(curve, "soft-prompt", cfg=RunConfig(model="m", task="mmlu")).endswith(advice("soft-prompt"))
     # it tuned with the recipe: not told it again
