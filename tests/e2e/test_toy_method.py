@@ -43,8 +43,9 @@ def test_a_method_of_another_distribution_runs_compares_and_reports_as_a_built_i
     monkeypatch.setattr(pipeline, "load_model", lambda name, **kw: tiny_lm())
     monkeypatch.setattr(validate, "check_model_name", lambda name: None)
     assert NAME in methods.names() and NAME not in methods.default_names()
-    assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), (NAME, "soft-prompt"),
-                               ("zero-shot", "few-shot"), ("zero-shot", NAME))
+    assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"),
+                               ("prefix-tuning", "soft-prompt"), (NAME, "soft-prompt"), ("zero-shot", "few-shot"),
+                               ("zero-shot", "prefix-tuning"), ("zero-shot", NAME))
     out = tmp_path / "out"
     assert main(["run", "--model", "tiny-0", "--task", "toyformat", "--out", str(out), "--limit", "12", "--steps",
                  "6", "--shots", "2", "--tokens", "4", "--lr", "0.1", "--curve-every", "3", "--curve-items", "4",

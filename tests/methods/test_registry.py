@@ -27,7 +27,9 @@ def test_the_built_ins_in_table_order_with_their_kinds_and_roles():
     assert [methods.maker_of(m) and methods.maker_of(m).enters for m in BUILT_IN] == [None, None, INPUT_PREFIX,
                                                                                         ADAPTER, LAYER_PREFIX]
     assert [methods.spec_of(m).shots for m in BUILT_IN] == [False, True, False, False, False]
-    assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"), ("zero-shot", "few-shot"))
+    assert methods.pairs() == (("zero-shot", "soft-prompt"), ("few-shot", "soft-prompt"),
+                               ("prefix-tuning", "soft-prompt"), ("zero-shot", "few-shot"),
+                               ("zero-shot", "prefix-tuning"))
     assert methods.order(["lora", "x-later", "zero-shot", "few-shot"]) == ["zero-shot", "few-shot", "lora", "x-later"]
     assert methods.colour_of("not-registered") == "#444444" and methods.label_of("not-registered") == "not-registered"
 

@@ -1,7 +1,8 @@
 """prefix-tuning: P-tuning v2's deep prompts (Liu et al. 2022; PEFT's ``PrefixTuningConfig``): ``--tokens`` trained
 key and value vectors before every attention layer's own, the model frozen. Liu et al. found plain prompt tuning
 weak below about 10B parameters, where deep prompts matched fine-tuning; this method measures that on the models a
-run has. Asked for by name (``--method prefix-tuning``), scored beside the others.
+run has. Asked for by name (``--method prefix-tuning``); a BASELINE, so the soft prompt is tested against it item by
+item (`softeval compare`, the verdicts, the report).
 
 One module: the spec, its maker and its part (methods/part.py). The prefix enters every attention call through an
 attention function of transformers' ``AttentionInterface`` that puts the layer's trained keys and values before the
@@ -30,7 +31,7 @@ from typing import Any
 from softeval.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from softeval.errors import UserError
 from softeval.methods.part import LAYER_PREFIX
-from softeval.methods.spec import ALTERNATIVE, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec
+from softeval.methods.spec import BASELINE, POOL_OPTIONS, TUNING_OPTIONS, MethodSpec
 
 FOLDER = "prefix"  # a finished run's folder of the saved prefix
 FORMAT_VERSION = 1
@@ -43,7 +44,7 @@ NOT_ATTENTION = ("mamba", "mamba2", "rwkv", "jamba", "zamba", "zamba2", "falcon_
 ATTENTION_LAYERS = ("full_attention", "sliding_attention", "chunked_attention")
 
 SPEC = MethodSpec(
-    name="prefix-tuning", label="prefix-tuning", colour="#c7792b", who="the prefix", role=ALTERNATIVE,
+    name="prefix-tuning", label="prefix-tuning", colour="#c7792b", who="the prefix", role=BASELINE,
     part="softeval.methods.prefix_tuning:MAKER", reads=(*TUNING_OPTIONS, "lr", *POOL_OPTIONS), default=False,
     folder=FOLDER,
     advice="the prefix did not learn the format, so its scores are not format-free; try more --steps, another --lr "

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 # A method's role in the verdicts and the report (docs/reference/verdicts.md):
 # - REFERENCE: the bare prompt; its run gives the format-free references (cloze, letter log-likelihood) and is what
 #   a gain is measured from;
-# - BASELINE: another way of prompting (shots), which a treatment is compared with and which is itself compared
-#   with the reference when no treatment ran;
+# - BASELINE: another way of prompting (shots) or of tuning before the prompt (a per-layer prefix), which a treatment
+#   is compared with and which is itself compared with the reference when no treatment ran;
 # - TREATMENT: what softeval is about (the soft prompt): tested item by item against the reference and each
 #   baseline, and the one whose permutation scores the report shows;
 # - ALTERNATIVE: scored and shown beside the others (its own curve, its own column), in no verdict pair.
