@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from distributions import installed
 
 from softeval.errors import UserError
 from softeval.registry import Registry, reread_entry_points
@@ -39,15 +40,8 @@ def is_text(name: str, obj: object) -> str:
 @pytest.fixture
 def dist(tmp_path, monkeypatch):
     """The test's distribution installed (its folder on sys.path) for one test."""
-    for name, text in FILES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    reread_entry_points()
-    yield
-    reread_entry_points()
-    for name in MODULES:
-        sys.modules.pop(name, None)
+    with installed(tmp_path, FILES, MODULES, monkeypatch):
+        yield
 
 
 def test_a_built_in_is_imported_only_when_asked_for(dist):

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from distributions import installed
 from tiny import tiny_lm
 
 from softeval.cli.app import main
@@ -20,7 +21,6 @@ from softeval.lm import backends
 from softeval.lm.backends import Backend
 from softeval.lm.hf_engine import HfEngine
 from softeval.lm.vllm_engine import VllmEngine
-from softeval.registry import reread_entry_points
 from softeval.run import pipeline, validate
 from softeval.run.config import OPTIONS, SWEEP_FILE, RunConfig
 
@@ -81,16 +81,8 @@ PLUGIN_MODULES = ("softeval_counting", "softeval_counting.engine")
 def plugin(tmp_path, monkeypatch):
     """The test's distribution installed (its folder on sys.path) for one test; its modules and entry points
     forgotten after (entry points are read once per process: softeval/registry.py)."""
-    root = tmp_path / "site"
-    for name, text in PLUGIN.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text).lstrip())
-    monkeypatch.syspath_prepend(str(root))
-    reread_entry_points()
-    yield
-    reread_entry_points()
-    for name in PLUGIN_MODULES:
-        sys.modules.pop(name, None)
+    with installed(tmp_path / "site", PLUGIN, PLUGIN_MODULES, monkeypatch):
+        yield
 
 
 @pytest.fixture

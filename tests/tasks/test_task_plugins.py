@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 
 import pytest
+from distributions import installed
 from tiny import tiny_lm
 
 from softeval import tasks
 from softeval.cli.app import main
 from softeval.errors import UserError
-from softeval.registry import reread_entry_points
 from softeval.run import pipeline, validate
 from softeval.tasks import TASKS, get_task
 
@@ -81,16 +80,8 @@ def said(name: str) -> str:
 def labbench(tmp_path, monkeypatch):
     """The distribution installed (its folder on sys.path) for one test; its modules and entry points forgotten
     after (entry points are read once per process: softeval/registry.py)."""
-    root = tmp_path / "site"
-    for name, text in FILES.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text).lstrip())
-    monkeypatch.syspath_prepend(str(root))
-    reread_entry_points()
-    yield
-    reread_entry_points()
-    for name in MODULES:
-        sys.modules.pop(name, None)
+    with installed(tmp_path / "site", FILES, MODULES, monkeypatch):
+        yield
 
 
 def test_softeval_tasks_lists_another_package_s_tasks_and_says_why_one_does_not_load(labbench, capsys):
