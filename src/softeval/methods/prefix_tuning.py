@@ -133,7 +133,8 @@ class PrefixPart:
             if candidate not in special:
                 ids.append(candidate)
         with torch.no_grad():
-            cache = lm.model(input_ids=torch.tensor([ids], device=lm.device), use_cache=True).past_key_values
+            out = lm.model(input_ids=torch.tensor([ids], device=lm.device), use_cache=True)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values  # transformers 5's names
         pairs = [_layer_cache(cache, i) for i in range(len(attention))]
         kv = torch.stack([t[0].float() for pair in pairs for t in pair])  # [layers x 2, heads, tokens, head dim]
         layers, heads, head_dim = len(pairs), kv.shape[1], kv.shape[3]
