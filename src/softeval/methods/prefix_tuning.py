@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,6 +115,9 @@ class PrefixPart:
         self.weight = torch.nn.Parameter(weight.detach().float().clone())
         self.layers, self.heads, self.head_dim, self.model_name = layers, heads, head_dim, model_name
         self._kernels: dict[int, tuple[Any, str]] = {}  # id(config) -> (config, the kernel it had)
+        # id(model) -> the models the prefix is in (tuning asks every step), held weakly: a tuning copy in another
+        # dtype is freed when tuning ends
+        self._in: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     @property
     def num_tokens(self) -> int:
@@ -151,6 +155,8 @@ class PrefixPart:
     def tuning(self, model: Any, on: bool) -> None:
         """The prefix in ``model`` (the loaded one, or its copy in the tuning dtype), tuning or scoring alike."""
         _ACTIVE[:] = [self]
+        if self._in.get(id(model)) is model:
+            return
         for module in _attention_modules(model):
             config = module.config
             kernel = config._attn_implementation
@@ -162,12 +168,14 @@ class PrefixPart:
                                 "those, or use soft-prompt or lora")
             self._kernels.setdefault(id(config), (config, kernel))
             config._attn_implementation = _registered(kernel)
+        self._in[id(model)] = model
 
     def detach(self, model: Any) -> None:
         """The model's own attention back, the prefix out."""
         for config, kernel in self._kernels.values():
             config._attn_implementation = kernel
         self._kernels.clear()
+        self._in.clear()
         _ACTIVE.clear()
 
     def record(self, summary: dict) -> dict:

@@ -38,15 +38,22 @@ class SoftPromptMaker:
         """The saved soft prompt ``--soft-prompt`` names, or one initialised from ``--init`` (an init refused once
         the model is loaded is worded with the options as ``spelling`` spells them)."""
         if cfg.soft_prompt:
-            part = SoftPrompt.load(cfg.soft_prompt, lm)
+            part = SoftPrompt.load(cfg.soft_prompt, lm).to(lm.device)
             part.loaded_from = str(cfg.soft_prompt)
         else:
-            try:
-                part = SoftPrompt.initialise(lm, cfg.tokens, cfg.init, cfg.seed, instruction)
-            except InitRefused as refused:
-                raise init_refusal(refused, spelling) from None
+            part = initialised(lm, cfg.tokens, cfg.init, cfg.seed, instruction, spelling)
             part.init_from = init_record(cfg.init)
-        yield part.to(lm.device)
+        yield part
+
+
+def initialised(lm: LoadedModel, tokens: int, init: str, seed: int, instruction: str,
+                spelling: Spelling) -> SoftPrompt:
+    """A soft prompt of ``tokens`` vectors from ``init`` and ``seed``, on the model's device; an init refused once the
+    model is loaded is the user's error, naming the option as ``spelling`` spells it."""
+    try:
+        return SoftPrompt.initialise(lm, tokens, init, seed, instruction).to(lm.device)
+    except InitRefused as refused:
+        raise init_refusal(refused, spelling) from None
 
 
 def lora_settings(cfg: RunConfig) -> LoraSettings:

@@ -27,15 +27,15 @@ import torch
 
 from softeval.lm import generation, precision, tuning_loss
 from softeval.lm.models import LoadedModel
-from softeval.lm.softprompt import InitRefused, SoftPrompt
+from softeval.lm.softprompt import SoftPrompt
 from softeval.methods import maker_of
 from softeval.methods.part import TrainedPart
 from softeval.metrics import FOLLOWS_FORMAT, first_step_reaching
 from softeval.run.batch_plan import batches, length_grouped
 from softeval.run.config import COMMAND_LINE, OPTIONS, RunConfig, Spelling, resolved_tune_dtype
 from softeval.run.interrupts import HeldInterrupts
+from softeval.run.parts import initialised
 from softeval.run.scoring import score_output
-from softeval.run.validate import init_refusal
 from softeval.store import checkpoint as ckpt
 from softeval.tasks.base import Example
 
@@ -234,13 +234,9 @@ def tune(lm: LoadedModel, prompter, train: list[Example], curve_items: list[Exam
 
 
 def _soft_prompt(lm: LoadedModel, prompter, config: TuneConfig, spelling: Spelling) -> SoftPrompt:
-    """The soft prompt ``config`` initialises (its init, its tokens, its seed), on the model's device; an init
-    refused once the model is loaded is the user's error, naming the option as ``spelling`` spells it."""
-    try:
-        instruction = (prompter.task.instruction or "") if prompter is not None else ""
-        return SoftPrompt.initialise(lm, config.num_tokens, config.init, config.seed, instruction).to(lm.device)
-    except InitRefused as refused:
-        raise init_refusal(refused, spelling) from None
+    """The default part: the soft prompt ``config`` initialises (its init, its tokens, its seed; parts.initialised)."""
+    instruction = (prompter.task.instruction or "") if prompter is not None else ""
+    return initialised(lm, config.num_tokens, config.init, config.seed, instruction, spelling)
 
 
 def _state_identity(run: dict | None, config: TuneConfig, items: list[Example]) -> dict:
